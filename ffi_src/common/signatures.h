@@ -1,0 +1,90 @@
+// The FFI signatures of jaxnorm's handlers, shared by the CPU and CUDA registrations so the two
+// platforms can never disagree on operand order or attribute names. Each function appends the
+// operands, results and attributes to a binding that already holds the platform's context.
+//
+// Layouts (the Python primitives in jaxnorm/_ops.py build exactly these):
+//   norm_fwd:    x (R, C), scale (C | 0) f32, bias (C | 0) f32
+//                -> y (R, C), mean (R) f32, rstd (R) f32
+//   norm_bwd:    xin (R, C) [x, or y when memory_efficient], dy (R, C), mean (R), rstd (R),
+//                scale (C | 0) f32, bias (C | 0) f32
+//                -> dx (R, C), dscale (G, C) f32, dbias (G, C) f32, workspace (G, P, 2, C) f32
+//                   G = independent row groups (vmap folds its axis into rows and groups)
+//   softmax_fwd: x (R, C), mask (R, C | 0) pred -> y (R, C)
+//   softmax_bwd: y (R, C), dy (R, C), mask (R, C | 0) pred -> dx (R, C)
+#pragma once
+
+#include <utility>
+
+#include "common/ffi_util.h"
+
+namespace jaxnorm {
+
+template <class B>
+auto norm_fwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<float>("epsilon")
+      .template Attr<bool>("centered")
+      .template Attr<bool>("has_scale")
+      .template Attr<bool>("has_bias");
+}
+
+template <class B>
+auto norm_bwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<float>("epsilon")
+      .template Attr<bool>("centered")
+      .template Attr<bool>("has_scale")
+      .template Attr<bool>("has_bias")
+      .template Attr<bool>("memory_efficient");
+}
+
+template <class B>
+auto softmax_fwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<bool>("log")
+      .template Attr<bool>("has_mask");
+}
+
+template <class B>
+auto softmax_bwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<bool>("log")
+      .template Attr<bool>("has_mask");
+}
+
+// Validates the norm operands shared by both directions; fills `shape`.
+inline ffi::Error check_norm_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale,
+                                      const ffi::AnyBuffer& bias, bool has_scale, bool has_bias,
+                                      Rows* shape) {
+  JN_RETURN_IF_ERROR(rows_of(x, "x", shape));
+  if (has_scale) {
+    JN_RETURN_IF_ERROR(check_dtype(scale, ffi::DataType::F32, "scale"));
+    JN_RETURN_IF_ERROR(check_size(scale, shape->cols, "scale"));
+  }
+  if (has_bias) {
+    JN_RETURN_IF_ERROR(check_dtype(bias, ffi::DataType::F32, "bias"));
+    JN_RETURN_IF_ERROR(check_size(bias, shape->cols, "bias"));
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace jaxnorm

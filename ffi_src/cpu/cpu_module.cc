@@ -1,0 +1,21 @@
+// nanobind module exporting the CPU handlers.
+#include <nanobind/nanobind.h>
+
+#include "common/registrations.h"
+#include "xla/ffi/api/ffi.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCpu);
+
+NB_MODULE(_jaxnorm_cpu, m) {
+  m.def("registrations", []() {
+    nanobind::dict d;
+    JN_REGISTER(d, "jaxnorm_norm_fwd", JaxnormNormFwdCpu);
+    JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCpu);
+    JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCpu);
+    JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCpu);
+    return d;
+  });
+}

@@ -1,0 +1,92 @@
+// bfloat16 / float16 storage types for the CPU handlers, with float conversions that round to
+// nearest even like XLA's, so CPU results match jnp's casts bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace jaxnorm {
+
+struct HostBF16 {
+  uint16_t bits;
+};
+struct HostF16 {
+  uint16_t bits;
+};
+
+inline float to_float(float v) { return v; }
+inline float to_float(HostBF16 v) {
+  uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float to_float(HostF16 v) {
+  const uint32_t sign = (v.bits & 0x8000u) << 16;
+  uint32_t exp = (v.bits >> 10) & 0x1f;
+  uint32_t man = v.bits & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);  // inf / nan
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else {  // subnormal: renormalize
+    int e = -1;
+    do {
+      ++e;
+      man <<= 1;
+    } while ((man & 0x400u) == 0);
+    u = sign | ((112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <class T>
+inline T from_float(float f);
+
+template <>
+inline float from_float<float>(float f) { return f; }
+
+template <>
+inline HostBF16 from_float<HostBF16>(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+
+template <>
+inline HostF16 from_float<HostF16>(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return {static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (u >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};  // overflow -> inf
+  if (u < 0x38800000u) {  // subnormal or zero in half: round the value * 2^24 to nearest even
+    float a;
+    std::memcpy(&a, &u, 4);
+    float scaled = a * 16777216.0f;  // exact: power of two
+    uint32_t q = static_cast<uint32_t>(scaled);
+    float rem = scaled - static_cast<float>(q);
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
+    return {static_cast<uint16_t>(sign | q)};
+  }
+  // normal: rebias the exponent and round the mantissa to 10 bits, nearest even
+  uint32_t rounded = u + 0xfffu + ((u >> 13) & 1u);
+  uint32_t h = ((rounded >> 13) - (112u << 10));
+  return {static_cast<uint16_t>(sign | h)};
+}
+
+struct CpuTypes {
+  using f32 = float;
+  using bf16 = HostBF16;
+  using f16 = HostF16;
+};
+
+}  // namespace jaxnorm

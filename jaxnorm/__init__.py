@@ -1,0 +1,11 @@
+"""jaxnorm: fused LayerNorm, RMSNorm, softmax and log-softmax for JAX, as XLA FFI custom calls
+with CPU and CUDA kernels."""
+
+from jaxnorm import reference
+from jaxnorm._ffi import cuda_built
+from jaxnorm.norm import layer_norm, rms_norm
+from jaxnorm.softmax import log_softmax, softmax
+
+__version__ = "0.1.0"
+
+__all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "reference", "cuda_built", "__version__"]

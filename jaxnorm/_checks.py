@@ -1,0 +1,108 @@
+"""Trace-time argument checks: every bad input becomes a ValueError/TypeError that names the
+function, the argument, and the shapes or dtypes involved."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+import jax.numpy as jnp
+
+SUPPORTED = (np.dtype(np.float32), np.dtype(jnp.bfloat16), np.dtype(np.float16))
+_SUPPORTED_NAMES = "float32, bfloat16 or float16"
+
+
+def as_array(x, fn: str, name: str):
+    if x is None:
+        raise TypeError(f"{fn}: `{name}` must be an array, got None")
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        try:
+            x = jnp.asarray(x)
+        except Exception as e:  # strings, objects
+            raise TypeError(f"{fn}: `{name}` must be an array, got {type(x).__name__}") from e
+    return x
+
+
+def check_input_dtype(x, fn: str, name: str = "x"):
+    dt = np.dtype(x.dtype)
+    if dt not in SUPPORTED:
+        raise TypeError(
+            f"{fn}: `{name}` must be {_SUPPORTED_NAMES}, got {dt} with shape {tuple(x.shape)}"
+        )
+
+
+def check_param(p, fn: str, name: str, norm_shape: tuple[int, ...]):
+    """A scale/bias: floating, shaped like the normalized axes. Returns it as (C,) float32."""
+    if p is None:
+        return None
+    p = as_array(p, fn, name)
+    if not jnp.issubdtype(p.dtype, jnp.floating):
+        raise TypeError(f"{fn}: `{name}` must be a floating array, got {np.dtype(p.dtype)}")
+    if tuple(p.shape) != tuple(norm_shape):
+        raise ValueError(
+            f"{fn}: `{name}` must have the shape of the normalized axes {tuple(norm_shape)}, "
+            f"got {tuple(p.shape)}"
+        )
+    return p.reshape(-1).astype(jnp.float32)
+
+
+def _canonical_axes(ndim: int, axis, fn: str) -> tuple[int, ...]:
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if not axes:
+        raise ValueError(f"{fn}: `axis` must name at least one axis, got {axis!r}")
+    out = []
+    for a in axes:
+        if not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{fn}: `axis` entries must be ints, got {axis!r}")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{fn}: axis {a} is out of range for an array of rank {ndim}")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{fn}: `axis` {axis!r} repeats an axis")
+    return tuple(sorted(out))
+
+
+def trailing_axes(shape: Sequence[int], axis, fn: str) -> int:
+    """For the norms: `axis` must name trailing axes. Returns how many."""
+    ndim = len(shape)
+    if ndim == 0:
+        raise ValueError(f"{fn}: `x` must have at least one axis to normalize, got a scalar")
+    axes = _canonical_axes(ndim, axis, fn)
+    k = len(axes)
+    if axes != tuple(range(ndim - k, ndim)):
+        raise ValueError(
+            f"{fn}: `axis` must name trailing axes of x (shape {tuple(shape)}), got {axis!r}; "
+            "move the axes to the end first"
+        )
+    return k
+
+
+def any_axes(shape: Sequence[int], axis, fn: str) -> tuple[int, ...]:
+    """For softmax: any axes, None meaning all (like jax.nn.softmax)."""
+    if axis is None:
+        return tuple(range(len(shape)))
+    if len(shape) == 0:
+        raise ValueError(f"{fn}: `x` must have at least one axis, got a scalar")
+    return _canonical_axes(len(shape), axis, fn)
+
+
+def rows_cols(shape: Sequence[int], k: int) -> tuple[int, int]:
+    return math.prod(shape[: len(shape) - k]), math.prod(shape[len(shape) - k :])
+
+
+def check_where(where, x, fn: str):
+    where = as_array(where, fn, "where")
+    if not (jnp.issubdtype(where.dtype, jnp.bool_) or jnp.issubdtype(where.dtype, jnp.integer)):
+        raise TypeError(f"{fn}: `where` must be a boolean mask, got {np.dtype(where.dtype)}")
+    try:
+        out = np.broadcast_shapes(tuple(where.shape), tuple(x.shape))
+    except ValueError:
+        out = None
+    if out != tuple(x.shape):
+        raise ValueError(
+            f"{fn}: `where` of shape {tuple(where.shape)} does not broadcast to x's shape "
+            f"{tuple(x.shape)}"
+        )
+    return jnp.broadcast_to(where.astype(jnp.bool_), x.shape)

@@ -1,0 +1,92 @@
+"""Softmax and log-softmax with the one-pass online normalizer."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from jaxnorm import _checks
+from jaxnorm._ops import softmax_bwd_p, softmax_fwd_p
+from jaxnorm._primitive import empty_placeholder
+
+
+def softmax(x, axis=-1, where=None):
+    """Softmax, a drop-in for ``jax.nn.softmax``, as one fused kernel.
+
+    Equivalent to (``jaxnorm.reference.softmax``)::
+
+        jax.nn.softmax(x.astype(jnp.promote_types(x.dtype, jnp.float32)), axis, where).astype(x.dtype)
+
+    The row statistics (max m, normalizer d = sum exp(x - m)) come from one pass with the
+    online merge of (m, d); accumulation in float32. Masked positions (``where`` False) give 0;
+    a fully masked row gives all zeros; a row that is all ``-inf`` gives NaN, like ``jax.nn``.
+    Any ``+inf`` or NaN in a row makes the row NaN, like ``jax.nn``.
+
+    Args:
+      x: float32, bfloat16 or float16 array.
+      axis: int, tuple of ints, or None (all axes). Trailing axes cost nothing extra; other axes
+        are moved to the end (a transpose) and back.
+      where: optional boolean mask broadcastable to ``x``.
+
+    The backward uses only the output: ``dx = y * (dy - sum(dy * y))``.
+    """
+    return _softmax(x, axis, where, log=False, fn="softmax")
+
+
+def log_softmax(x, axis=-1, where=None):
+    """Log-softmax, a drop-in for ``jax.nn.log_softmax``, as one fused kernel.
+
+    Equivalent to (``jaxnorm.reference.log_softmax``)::
+
+        jax.nn.log_softmax(x.astype(jnp.promote_types(x.dtype, jnp.float32)), axis, where).astype(x.dtype)
+
+    ``y = x - m - log(d)`` from the online (m, d) statistics. Masked positions give ``-inf`` (and
+    a zero gradient). The backward uses only the output (and the mask):
+    ``dx = dy - exp(y) * sum(dy)``.
+    """
+    return _softmax(x, axis, where, log=True, fn="log_softmax")
+
+
+def _softmax(x, axis, where, *, log, fn):
+    x = _checks.as_array(x, fn, "x")
+    _checks.check_input_dtype(x, fn)
+    axes = _checks.any_axes(x.shape, axis, fn)
+    mask = None if where is None else _checks.check_where(where, x, fn)
+    if x.size == 0:
+        return x
+    perm = [i for i in range(x.ndim) if i not in axes] + list(axes)
+    moved = perm != list(range(x.ndim))
+    if moved:
+        x = jnp.transpose(x, perm)
+        mask = None if mask is None else jnp.transpose(mask, perm)
+    rows, cols = _checks.rows_cols(x.shape, len(axes))
+    y = _softmax_core(x.reshape(rows, cols), None if mask is None else mask.reshape(rows, cols), log)
+    y = y.reshape(x.shape)
+    return jnp.transpose(y, np.argsort(perm)) if moved else y
+
+
+def _mask_operand(mask):
+    return empty_placeholder(jnp.bool_) if mask is None else mask
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _softmax_core(x, mask, log):
+    return softmax_fwd_p.bind(x, _mask_operand(mask), log=log, has_mask=mask is not None)[0]
+
+
+def _softmax_core_fwd(x, mask, log):
+    y = _softmax_core(x, mask, log)
+    return y, (y, mask)
+
+
+def _softmax_core_bwd(log, res, dy):
+    y, mask = res
+    (dx,) = softmax_bwd_p.bind(y, dy.astype(y.dtype), _mask_operand(mask), log=log, has_mask=mask is not None)
+    return dx, None
+
+
+_softmax_core.defvjp(_softmax_core_fwd, _softmax_core_bwd)
