@@ -1,0 +1,35 @@
+// nanobind module exporting the CUDA handlers and the device facts they dispatch on.
+#include <cuda_runtime.h>
+#include <nanobind/nanobind.h>
+
+#include "common/registrations.h"
+#include "cuda/device_facts.h"
+#include "xla/ffi/api/ffi.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCuda);
+
+NB_MODULE(_jaxnorm_cuda, m) {
+  m.def("registrations", []() {
+    nanobind::dict d;
+    JN_REGISTER(d, "jaxnorm_norm_fwd", JaxnormNormFwdCuda);
+    JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCuda);
+    JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCuda);
+    JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCuda);
+    return d;
+  });
+  // Reads the current device (initializing CUDA): call only once JAX has a GPU backend.
+  m.def("device_summary", []() {
+    const jaxnorm::DeviceFacts& f = jaxnorm::device_facts();
+    nanobind::dict d;
+    d["device"] = f.device;
+    d["sms"] = f.sms;
+    d["compute_capability_major"] = f.cc_major;
+    d["max_smem_optin"] = f.max_smem_optin;
+    d["l2_bytes"] = f.l2_bytes;
+    d["clusters"] = f.clusters;
+    return d;
+  });
+}

@@ -1,0 +1,94 @@
+// Launch helpers: device facts, occupancy-sized persistent grids, cluster launches, and turning
+// CUDA errors into FFI errors (never a silent failure).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/ffi_util.h"
+#include "cuda/device_facts.h"
+
+namespace jaxnorm {
+
+
+
+inline ffi::Error cuda_error(cudaError_t e, const char* what) {
+  return ffi::Error::Internal(std::string("jaxnorm: CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+inline ffi::Error last_launch_error(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? ffi::Error::Success() : cuda_error(e, what);
+}
+
+// Resident CTAs per SM for `kernel` at `threads` threads (cached by the caller per instantiation).
+template <class K>
+int occupancy(K kernel, int threads, size_t dyn_smem = 0) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dyn_smem) != cudaSuccess) {
+    cudaGetLastError();
+    blocks = 1;
+  }
+  return blocks > 0 ? blocks : 1;
+}
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...) as clusters of `cluster` CTAs along x.
+template <class K, class... Args>
+ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t stream, const char* what,
+                  Args... args) {
+  if (grid.x == 0 || grid.y == 0) return ffi::Error::Success();
+  if (cluster <= 1) {
+    kernel<<<grid, block, 0, stream>>>(args...);
+    return last_launch_error(what);
+  }
+  if (cluster > 8) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return cuda_error(e, what);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+  if (e != cudaSuccess) return cuda_error(e, what);
+  return last_launch_error(what);
+}
+
+// How many clusters of `cluster` CTAs of `kernel` fit on the device at once (>= 1), or 0 when the
+// cluster cannot be scheduled at all (then the caller takes another path).
+template <class K>
+int max_active_clusters(K kernel, int threads, int cluster) {
+  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cluster, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace jaxnorm

@@ -1,0 +1,86 @@
+// LayerNorm / RMSNorm backward CUDA handler, and the deterministic reduction of the scale/bias
+// gradient partials.
+#include "common/signatures.h"
+#include "cuda/norm_ops.cuh"
+#include "cuda/row_runners.cuh"
+
+namespace jaxnorm {
+
+__global__ void reduce_partials_kernel(const float* workspace, int64_t ws_rows, int64_t workers, int64_t cols,
+                                       float* dscale, float* dbias) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  const int64_t group = blockIdx.y;
+  const float* base = workspace + group * ws_rows * 2 * cols;
+  float sg = 0.f, sb = 0.f;
+  for (int64_t w = 0; w < workers; ++w) {
+    sg += base[(2 * w) * cols + col];
+    sb += base[(2 * w + 1) * cols + col];
+  }
+  dscale[group * cols + col] = sg;
+  dbias[group * cols + col] = sb;
+}
+
+namespace {
+
+ffi::Error NormBwdCuda(cudaStream_t stream, ffi::AnyBuffer xin, ffi::AnyBuffer dy, ffi::AnyBuffer mean,
+                       ffi::AnyBuffer rstd, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+                       ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
+                       ffi::Result<ffi::AnyBuffer> dbias, ffi::Result<ffi::AnyBuffer> workspace, float eps,
+                       bool centered, bool has_scale, bool has_bias, bool memory_efficient) {
+  Rows s;
+  JN_RETURN_IF_ERROR(check_norm_operands(xin, scale, bias, has_scale, has_bias, &s));
+  JN_RETURN_IF_ERROR(check_same_rows(dy, xin, s, "dy"));
+  const auto gd = dscale->dimensions();
+  const auto wd = workspace->dimensions();
+  if (gd.size() != 2 || wd.size() != 4 || gd[0] <= 0 || wd[0] != gd[0] || wd[2] != 2 || wd[3] != s.cols ||
+      s.rows % gd[0] != 0) {
+    return ffi::Error::InvalidArgument("jaxnorm: norm backward got inconsistent group/workspace shapes");
+  }
+  const int64_t groups = gd[0];
+  if (groups > 65535) return ffi::Error::InvalidArgument("jaxnorm: norm backward supports at most 65535 vmapped groups");
+  if (s.rows == 0) {
+    const size_t bytes = static_cast<size_t>(groups * s.cols) * sizeof(float);
+    cudaMemsetAsync(dscale->untyped_data(), 0, bytes, stream);
+    cudaMemsetAsync(dbias->untyped_data(), 0, bytes, stream);
+    return last_launch_error("norm backward (empty)");
+  }
+  return dispatch_float<CudaTypes>(xin.element_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Op = NormBwdOp<T>;
+    Op op{static_cast<const T*>(xin.untyped_data()),
+          static_cast<const T*>(dy.untyped_data()),
+          static_cast<const float*>(mean.untyped_data()),
+          static_cast<const float*>(rstd.untyped_data()),
+          has_scale ? static_cast<const float*>(scale.untyped_data()) : nullptr,
+          has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
+          static_cast<T*>(dx->untyped_data()),
+          s.cols,
+          1.0f / static_cast<float>(s.cols),
+          eps,
+          NormFlags{centered, has_scale, has_bias, memory_efficient}};
+    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.xin) && aligned16(op.dy) && aligned16(op.dx) &&
+                     aligned16(op.gamma) && aligned16(op.beta);
+    const TileChoice c =
+        choose_tile(s.cols, kVecOf<T>, vec, device_facts().clusters, Op::kBlockPacks, Op::kWidePacks);
+    BwdRunner<Op> runner{op,
+                         s.rows / groups,
+                         groups,
+                         s.cols,
+                         static_cast<float*>(workspace->untyped_data()),
+                         wd[1],
+                         static_cast<float*>(dscale->untyped_data()),
+                         static_cast<float*>(dbias->untyped_data()),
+                         stream,
+                         "norm backward"};
+    return run_choice<Op::kBlockPacks, Op::kWidePacks>(c, runner);
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormNormBwdCuda, NormBwdCuda,
+                              norm_bwd_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace jaxnorm

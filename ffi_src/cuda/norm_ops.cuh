@@ -1,0 +1,194 @@
+// LayerNorm / RMSNorm as ops of the shared row kernels (row_tiles.cuh). RMSNorm is the same
+// Welford statistics with the mean pinned at zero, so both share every kernel.
+#pragma once
+
+#include "common/norm_math.h"
+#include "common/stats.h"
+#include "cuda/device_types.cuh"
+#include "cuda/row_tiles.cuh"
+
+namespace jaxnorm {
+
+// Scale and bias of N consecutive columns (1 and 0 when absent).
+template <int N>
+__device__ __forceinline__ void load_affine(const float* gamma, const float* beta, bool has_scale, bool has_bias,
+                                            int64_t col, float (&g)[N], float (&b)[N]) {
+  if (has_scale) {
+    load_pack<float, N>(gamma + col, g);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) g[i] = 1.f;
+  }
+  if (has_bias) {
+    load_pack<float, N>(beta + col, b);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) b[i] = 0.f;
+  }
+}
+
+template <class T>
+struct NormFwdOp {
+  using Type = T;
+  using Stats = Welford;
+  using Merge = WelfordMerge;
+  static constexpr int kBlockPacks = 4;
+  static constexpr int kWidePacks = 8;
+
+  const T* x;
+  T* y;
+  float* mean_out;
+  float* rstd_out;
+  const float* gamma;
+  const float* beta;
+  int64_t cols;
+  float eps;
+  bool centered, has_scale, has_bias;
+
+  __device__ static Stats identity() { return welford_identity(); }
+
+  template <int N>
+  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
+    load_pack<T, N>(x + row * cols + col, v);
+  }
+
+  __device__ void push(Stats& s, float v) const {
+    if (centered) {
+      welford_push(s, v);
+    } else {
+      s.count += 1.f;
+      s.m2 += v * v;
+    }
+  }
+
+  // The thread's (count, mean, M2) computed exactly from its register-held values (two passes
+  // over registers: no division per element, no cancellation).
+  template <int P, int N>
+  __device__ Stats thread_stats(const float (&v)[P][N], const bool (&ok)[P]) const {
+    float n = 0.f, sum = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (ok[p]) {
+        n += N;
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum += v[p][i];
+      }
+    }
+    const float mean = (centered && n > 0.f) ? sum / n : 0.f;
+    float m2 = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (ok[p]) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          const float d = v[p][i] - mean;
+          m2 += d * d;
+        }
+      }
+    }
+    return {n, mean, m2};
+  }
+
+  struct Row {
+    float mean, rstd;
+  };
+
+  __device__ Row finalize(Stats s, int64_t row, bool writer) const {
+    const Row r{centered ? s.mean : 0.f, norm_rstd(s.m2 / s.count, eps)};
+    if (writer) {
+      mean_out[row] = r.mean;
+      rstd_out[row] = r.rstd;
+    }
+    return r;
+  }
+
+  template <int N>
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r) const {
+    float g[N], b[N], out[N];
+    load_affine<N>(gamma, beta, has_scale, has_bias, col, g, b);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, g[i], b[i]);
+    store_pack<T, N>(y + row * cols + col, out);
+  }
+};
+
+template <class T>
+struct NormBwdOp {
+  using Type = T;
+  static constexpr bool kColumnSums = true;
+  // x, dy and two column accumulators per element live in registers: 16 elements per thread.
+  static constexpr int kBlockPacks = sizeof(T) == 4 ? 4 : 2;
+  static constexpr int kWidePacks = 0;
+
+  const T* xin;  // x, or y in memory-efficient mode
+  const T* dy;
+  const float* mean;
+  const float* rstd;
+  const float* gamma;
+  const float* beta;
+  T* dx;
+  int64_t cols;
+  float inv_cols;
+  float eps;
+  NormFlags f;
+
+  struct RowIn {
+    float mean, rstd;
+  };
+  struct Row {
+    float rstd, c1, c2;
+    RowIn in;
+  };
+
+  __device__ RowIn row_in(int64_t row, bool ok) const {
+    if (!ok) return {0.f, 0.f};
+    return {f.centered && !f.memory_efficient ? mean[row] : 0.f, rstd[row]};
+  }
+
+  template <int N>
+  __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
+    load_pack<T, N>(xin + row * cols + col, a);
+    load_pack<T, N>(dy + row * cols + col, d);
+  }
+
+  template <int N>
+  __device__ void terms(RowIn in, int64_t, int64_t col, const float (&a)[N], const float (&d)[N], Sum2& s) const {
+    float g[N], b[N];
+    load_affine<N>(gamma, beta, f.has_scale, f.has_bias, col, g, b);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float xhat = norm_xhat(a[i], in.mean, in.rstd, g[i], b[i], eps, f);
+      const float gd = d[i] * g[i];
+      s.a += gd;
+      s.b += gd * xhat;
+    }
+  }
+
+  __device__ Row finalize(RowIn in, Sum2 s) const { return {in.rstd, s.a * inv_cols, s.b * inv_cols, in}; }
+
+  template <int N>
+  __device__ void emit(int64_t row, int64_t col, const float (&a)[N], const float (&d)[N], Row r, float (&dg)[N],
+                       float (&db)[N]) const {
+    float g[N], b[N], out[N];
+    load_affine<N>(gamma, beta, f.has_scale, f.has_bias, col, g, b);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float xhat = norm_xhat(a[i], r.in.mean, r.in.rstd, g[i], b[i], eps, f);
+      out[i] = norm_dx(d[i] * g[i], xhat, r.rstd, r.c1, r.c2, f.centered);
+      dg[i] += d[i] * xhat;
+      db[i] += d[i];
+    }
+    store_pack<T, N>(dx + row * cols + col, out);
+  }
+
+  // One element's contribution to the scale and bias gradients (fallback column kernel).
+  __device__ void column_terms(RowIn in, int64_t row, int64_t col, float& sg, float& sb) const {
+    const float g = f.has_scale ? gamma[col] : 1.f;
+    const float b = f.has_bias ? beta[col] : 0.f;
+    const float d = to_float(dy[row * cols + col]);
+    sg += d * norm_xhat(to_float(xin[row * cols + col]), in.mean, in.rstd, g, b, eps, f);
+    sb += d;
+  }
+};
+
+}  // namespace jaxnorm

@@ -1,0 +1,72 @@
+// All-reduce of a row's statistics across the threads that hold the row: lanes of a thread group
+// (xor butterfly), warps of a CTA (shared memory), CTAs of a thread-block cluster (distributed
+// shared memory). Every thread of the row ends with the bitwise-identical value: the butterfly
+// merges are symmetric (common/stats.h) and the shared-memory steps merge in a fixed order.
+#pragma once
+
+#include <cooperative_groups.h>
+
+namespace jaxnorm {
+
+namespace cg = cooperative_groups;
+
+template <class S>
+__device__ __forceinline__ S shfl_xor_struct(S v, int mask, int width) {
+  static_assert(sizeof(S) % 4 == 0, "statistics must be made of 32-bit words");
+  constexpr int kWords = sizeof(S) / 4;
+  union {
+    S s;
+    float f[kWords];
+  } u;
+  u.s = v;
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) u.f[i] = __shfl_xor_sync(0xffffffffu, u.f[i], mask, width);
+  return u.s;
+}
+
+// Butterfly over aligned groups of kWidth lanes (a power of two <= 32).
+template <int kWidth, class S, class Merge>
+__device__ __forceinline__ S group_allreduce(S v, Merge merge) {
+#pragma unroll
+  for (int mask = kWidth / 2; mask > 0; mask /= 2) v = merge(v, shfl_xor_struct(v, mask, kWidth));
+  return v;
+}
+
+// Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel.
+template <class S, int kWarps>
+struct RowReduceSmem {
+  S warp[kWarps > 0 ? kWarps : 1];
+  S cta;
+};
+
+// All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else the whole CTA) and,
+// when kCluster > 1, over the kCluster CTAs of the cluster. Every thread of the CTA (and cluster)
+// must call it: it contains barriers.
+template <int kThreads, int kCluster, class S, class Merge, int kWarps>
+__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem) {
+  if constexpr (kThreads <= 32) {
+    v = group_allreduce<kThreads>(v, merge);
+  } else {
+    static_assert(kThreads / 32 <= kWarps, "smem too small");
+    v = group_allreduce<32>(v, merge);
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) smem.warp[warp] = v;
+    __syncthreads();
+    v = smem.warp[0];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w) v = merge(v, smem.warp[w]);
+    __syncthreads();  // the slots are rewritten by the next row
+  }
+  if constexpr (kCluster > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) smem.cta = v;
+    cluster.sync();
+    v = *cluster.map_shared_rank(&smem.cta, 0);
+#pragma unroll
+    for (int r = 1; r < kCluster; ++r) v = merge(v, *cluster.map_shared_rank(&smem.cta, r));
+    cluster.sync();  // no CTA may overwrite its slot (or exit) while others still read it
+  }
+  return v;
+}
+
+}  // namespace jaxnorm

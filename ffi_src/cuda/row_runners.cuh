@@ -1,0 +1,103 @@
+// Launch the chosen row kernel with a grid sized to the device: as many workers (CTAs, or
+// clusters) as are resident at once, each striding over rows (a persistent grid).
+#pragma once
+
+#include <algorithm>
+
+#include "cuda/launch.cuh"
+#include "cuda/row_tiles.cuh"
+
+namespace jaxnorm {
+
+// Workers of `kernel` resident at once on the current device (0: a cluster shape that cannot be
+// scheduled, so the caller must use another kernel).
+template <class K>
+int resident_workers(K kernel, int threads, int cluster) {
+  const DeviceFacts& d = device_facts();
+  if (cluster > 1) return d.clusters ? max_active_clusters(kernel, threads, cluster) : 0;
+  return d.sms * occupancy(kernel, threads);
+}
+
+inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <class Op>
+struct FwdRunner {
+  Op op;
+  int64_t rows, cols;
+  cudaStream_t stream;
+  const char* what;
+
+  template <int kTPR, int kBlock, int kPacks, int kCluster>
+  ffi::Error tile() {
+    auto kernel = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
+    static const int resident = resident_workers(kernel, kBlock, kCluster);
+    if (resident == 0) return loop<512, 512>();
+    const int64_t workers = std::min<int64_t>(ceil_div(rows, kBlock / kTPR), resident);
+    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
+  }
+
+  template <int kTPR, int kBlock>
+  ffi::Error loop() {
+    auto kernel = loop_fwd_kernel<Op, kTPR, kBlock>;
+    static const int resident = resident_workers(kernel, kBlock, 1);
+    const int64_t workers = std::min<int64_t>(ceil_div(rows, kBlock / kTPR), resident);
+    return launch(kernel, dim3(workers), dim3(kBlock), 1, stream, what, op, rows, cols);
+  }
+};
+
+// Backward over `groups` independent groups of rows; for ops with column sums (the norms'
+// scale/bias gradients) each worker writes one partial row of the workspace (groups, ws_rows,
+// 2, cols), then reduce_partials_kernel sums them in worker order.
+template <class Op>
+struct BwdRunner {
+  Op op;
+  int64_t rows_per_group, groups, cols;
+  float* workspace;
+  int64_t ws_rows;
+  float* dscale;
+  float* dbias;
+  cudaStream_t stream;
+  const char* what;
+
+  template <int kTPR, int kBlock, int kPacks, int kCluster>
+  ffi::Error tile() {
+    auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
+    static const int resident = resident_workers(kernel, kBlock, kCluster);
+    if (resident == 0) return loop<512, 512>();
+    int64_t workers = std::min<int64_t>(ceil_div(rows_per_group, kBlock / kTPR),
+                                        std::max<int64_t>(1, resident / groups));
+    if constexpr (Op::kColumnSums) workers = std::min(workers, ws_rows);
+    JN_RETURN_IF_ERROR(launch(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, stream, what, op,
+                              rows_per_group, cols, workspace, ws_rows));
+    return reduce_columns(workers);
+  }
+
+  template <int kTPR, int kBlock>
+  ffi::Error loop() {
+    auto kernel = loop_bwd_kernel<Op, kTPR, kBlock>;
+    static const int resident = resident_workers(kernel, kBlock, 1);
+    const int64_t rows = rows_per_group * groups;
+    const int64_t workers = std::min<int64_t>(ceil_div(rows, kBlock / kTPR), resident);
+    JN_RETURN_IF_ERROR(launch(kernel, dim3(workers), dim3(kBlock), 1, stream, what, op, rows, cols));
+    if constexpr (Op::kColumnSums) {
+      // Enough (column block, row chunk) pairs to fill the device, within the workspace.
+      const int64_t col_blocks = ceil_div(cols, 256);
+      const int64_t want = ceil_div(4LL * device_facts().sms, col_blocks * groups);
+      const int64_t chunks = std::max<int64_t>(1, std::min({ws_rows, rows_per_group, want}));
+      JN_RETURN_IF_ERROR(launch(column_sums_kernel<Op>, dim3(col_blocks, chunks, groups), dim3(256), 1, stream,
+                                what, op, rows_per_group, cols, workspace, ws_rows, chunks));
+      return reduce_columns(chunks);
+    }
+    return ffi::Error::Success();
+  }
+
+  ffi::Error reduce_columns(int64_t workers) {
+    if constexpr (Op::kColumnSums) {
+      return launch(reduce_partials_kernel, dim3(ceil_div(cols, 256), groups), dim3(256), 1, stream, what,
+                    static_cast<const float*>(workspace), ws_rows, workers, cols, dscale, dbias);
+    }
+    return ffi::Error::Success();
+  }
+};
+
+}  // namespace jaxnorm

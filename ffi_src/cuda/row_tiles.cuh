@@ -1,0 +1,331 @@
+// The row kernels every op shares, and the choice among them by row width (OneFlow's dispatch,
+// extended with thread-block clusters for rows wider than one CTA can hold).
+//
+// A *tile* kernel keeps the whole row in registers: a row is held by kTPR threads of a CTA
+// (1..32 lanes, several rows per CTA; or the whole CTA) times kCluster CTAs of a cluster, each
+// thread holding kPacks 16-byte packs. Statistics are reduced across lanes, warps and cluster
+// CTAs (row_reduce.cuh), then each thread writes its outputs from registers: x is read once.
+// A *loop* kernel handles any width and alignment with scalar accesses and a second read of the
+// row (L2-resident); it is the fallback for unaligned widths and rows wider than any tile.
+//
+// An Op (norm_ops.cuh, softmax_ops.cuh) supplies loads, per-thread statistics, the merge, the
+// per-row finalization and the stores, so one tuned kernel serves every operator.
+#pragma once
+
+#include <cstdint>
+
+#include "common/stats.h"
+#include "cuda/device_types.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/row_reduce.cuh"
+
+namespace jaxnorm {
+
+struct WelfordMerge {
+  __device__ Welford operator()(Welford a, Welford b) const { return welford_merge(a, b); }
+};
+struct MaxSumMerge {
+  __device__ MaxSum operator()(MaxSum a, MaxSum b) const { return maxsum_merge(a, b); }
+};
+struct Sum2Merge {
+  __device__ Sum2 operator()(Sum2 a, Sum2 b) const { return sum2_merge(a, b); }
+};
+
+__device__ __forceinline__ int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <int kTPR, int kBlock>
+constexpr int warps_for_reduce() {
+  return kTPR > 32 ? kBlock / 32 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward: statistics of x, then y from registers.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+__global__ void __launch_bounds__(kBlock) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
+  using T = typename Op::Type;
+  using Stats = typename Op::Stats;
+  constexpr int V = kVecOf<T>;
+  constexpr int kRowsPerCta = kBlock / kTPR;
+  __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
+  const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
+  const int slot = threadIdx.x / kTPR;
+  const int64_t workers = gridDim.x / kCluster;
+  for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += workers * kRowsPerCta) {
+    const int64_t row = base + slot;
+    const bool row_ok = row < rows;
+    float v[kPacks][V];
+    bool ok[kPacks];
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
+      ok[p] = row_ok && col < cols;
+      if (ok[p]) op.load(row, col, v[p]);
+    }
+    Stats s = op.thread_stats(v, ok);
+    s = row_allreduce<kTPR, kCluster>(s, typename Op::Merge{}, red);
+    const auto r = op.finalize(s, row, row_ok && t == 0);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
+      if (ok[p]) op.store(row, col, v[p], r);
+    }
+  }
+}
+
+template <class Op, int kTPR, int kBlock>
+__global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, int64_t cols) {
+  using Stats = typename Op::Stats;
+  constexpr int kRowsPerCta = kBlock / kTPR;
+  __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
+  const int t = threadIdx.x % kTPR;
+  const int slot = threadIdx.x / kTPR;
+  for (int64_t base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta) {
+    const int64_t row = base + slot;
+    const bool row_ok = row < rows;
+    Stats s = Op::identity();
+    if (row_ok) {
+      for (int64_t col = t; col < cols; col += kTPR) {
+        float v[1];
+        op.load(row, col, v);
+        op.push(s, v[0]);
+      }
+    }
+    s = row_allreduce<kTPR, 1>(s, typename Op::Merge{}, red);
+    const auto r = op.finalize(s, row, row_ok && t == 0);
+    if (row_ok) {
+      for (int64_t col = t; col < cols; col += kTPR) {
+        float v[1];
+        op.load(row, col, v);
+        op.store(row, col, v, r);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: one pass over (a, dy) [a = x, or y when the op recovers from the output], row sums,
+// dx from registers; column sums (scale/bias gradients) accumulate in registers across the rows
+// of a worker and are written once per worker to workspace[group][worker] (no atomics).
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+__global__ void __launch_bounds__(kBlock)
+    tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
+  using T = typename Op::Type;
+  constexpr int V = kVecOf<T>;
+  constexpr int kRowsPerCta = kBlock / kTPR;
+  __shared__ RowReduceSmem<Sum2, warps_for_reduce<kTPR, kBlock>()> red;
+  const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
+  const int slot = threadIdx.x / kTPR;
+  const int64_t workers = gridDim.x / kCluster;
+  const int64_t worker = blockIdx.x / kCluster;
+  const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
+  float dg[kPacks][V], db[kPacks][V];
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+    for (int i = 0; i < V; ++i) dg[p][i] = db[p][i] = 0.f;
+
+  for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += workers * kRowsPerCta) {
+    const int64_t row = group_row0 + base + slot;
+    const bool row_ok = base + slot < rows_per_group;
+    float a[kPacks][V], d[kPacks][V];
+    bool ok[kPacks];
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
+      ok[p] = row_ok && col < cols;
+      if (ok[p]) op.load(row, col, a[p], d[p]);
+    }
+    const auto in = op.row_in(row, row_ok);
+    Sum2 s{0.f, 0.f};
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
+      if (ok[p]) op.terms(in, row, col, a[p], d[p], s);
+    }
+    s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red);
+    const auto r = op.finalize(in, s);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
+      if (ok[p]) op.emit(row, col, a[p], d[p], r, dg[p], db[p]);
+    }
+  }
+
+  if constexpr (Op::kColumnSums) {
+    float* out = workspace + (static_cast<int64_t>(blockIdx.y) * ws_rows + worker) * 2 * cols;
+    if constexpr (kRowsPerCta == 1) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
+        if (col < cols) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            out[col + i] = dg[p][i];
+            out[cols + col + i] = db[p][i];
+          }
+        }
+      }
+    } else {
+      // Several rows per CTA: sum the row slots' partials in shared memory, in slot order.
+      constexpr int kSpan = kTPR * kPacks * V;  // columns one slot covers
+      __shared__ float buf[2][kRowsPerCta][kSpan];
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const int e = (p * kTPR + t) * V + i;
+          buf[0][slot][e] = dg[p][i];
+          buf[1][slot][e] = db[p][i];
+        }
+      __syncthreads();
+      for (int e = threadIdx.x; e < kSpan && e < cols; e += kBlock) {
+        float sg = 0.f, sb = 0.f;
+        for (int k = 0; k < kRowsPerCta; ++k) {
+          sg += buf[0][k][e];
+          sb += buf[1][k][e];
+        }
+        out[e] = sg;
+        out[cols + e] = sb;
+      }
+    }
+  }
+}
+
+// Fallback backward: dx only (two passes over the row); column sums come from column_sums_kernel.
+template <class Op, int kTPR, int kBlock>
+__global__ void __launch_bounds__(kBlock) loop_bwd_kernel(Op op, int64_t rows, int64_t cols) {
+  constexpr int kRowsPerCta = kBlock / kTPR;
+  __shared__ RowReduceSmem<Sum2, warps_for_reduce<kTPR, kBlock>()> red;
+  const int t = threadIdx.x % kTPR;
+  const int slot = threadIdx.x / kTPR;
+  for (int64_t base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta) {
+    const int64_t row = base + slot;
+    const bool row_ok = row < rows;
+    const auto in = op.row_in(row, row_ok);
+    Sum2 s{0.f, 0.f};
+    if (row_ok) {
+      for (int64_t col = t; col < cols; col += kTPR) {
+        float a[1], d[1];
+        op.load(row, col, a, d);
+        op.terms(in, row, col, a, d, s);
+      }
+    }
+    s = row_allreduce<kTPR, 1>(s, Sum2Merge{}, red);
+    const auto r = op.finalize(in, s);
+    if (row_ok) {
+      for (int64_t col = t; col < cols; col += kTPR) {
+        float a[1], d[1], g[1] = {0.f}, b[1] = {0.f};
+        op.load(row, col, a, d);
+        op.emit(row, col, a, d, r, g, b);
+      }
+    }
+  }
+}
+
+// Column sums for the fallback: grid (column blocks, workers, groups); worker w sums a contiguous
+// chunk of its group's rows for one column per thread, in row order.
+template <class Op>
+__global__ void __launch_bounds__(256) column_sums_kernel(Op op, int64_t rows_per_group, int64_t cols,
+                                                          float* workspace, int64_t ws_rows, int64_t workers) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  if (col >= cols) return;
+  const int64_t w = blockIdx.y, group = blockIdx.z;
+  const int64_t chunk = ceil_div_dev(rows_per_group, workers);
+  const int64_t r0 = group * rows_per_group + w * chunk;
+  const int64_t r1 = group * rows_per_group + min(rows_per_group, (w + 1) * chunk);
+  float sg = 0.f, sb = 0.f;
+  for (int64_t row = r0; row < r1; ++row) op.column_terms(op.row_in(row, true), row, col, sg, sb);
+  float* out = workspace + (group * ws_rows + w) * 2 * cols;
+  out[col] = sg;
+  out[cols + col] = sb;
+}
+
+// dscale[g, c] / dbias[g, c] = sum over the workers' partials, in worker order.
+__global__ void reduce_partials_kernel(const float* workspace, int64_t ws_rows, int64_t workers, int64_t cols,
+                                       float* dscale, float* dbias);
+
+// ---------------------------------------------------------------------------------------------
+// Choosing a kernel by row width.
+
+struct TileChoice {
+  int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
+  int loop_tpr = 0;                                // a loop kernel when loop_tpr > 0
+};
+
+// kBlockPacks: packs per thread for CTA-wide and cluster tiles (registers the op can afford);
+// kWidePacks: a wider last-resort cluster tile (0 = none).
+inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clusters, int block_packs,
+                              int wide_packs) {
+  TileChoice c;
+  const int64_t packs = vectorizable ? cols / vec : 0;
+  if (vectorizable && packs >= 1) {
+    if (packs <= 32) {
+      int tpr = 1;
+      while (tpr < packs) tpr *= 2;
+      c.tpr = tpr, c.block = 128, c.packs = 1, c.cluster = 1;
+      return c;
+    }
+    for (int p = 2; p <= block_packs && p <= 4; p *= 2) {
+      if (packs <= 32 * p) {
+        c.tpr = 32, c.block = 128, c.packs = p, c.cluster = 1;
+        return c;
+      }
+    }
+    for (int b : {128, 256, 512}) {
+      if (packs <= static_cast<int64_t>(b) * block_packs) {
+        c.tpr = b, c.block = b, c.packs = block_packs, c.cluster = 1;
+        return c;
+      }
+    }
+    if (clusters) {
+      for (int k : {2, 4, 8, 16}) {
+        if (packs <= 512LL * block_packs * k) {
+          c.tpr = 512, c.block = 512, c.packs = block_packs, c.cluster = k;
+          return c;
+        }
+      }
+      if (wide_packs > block_packs && packs <= 512LL * wide_packs * 16) {
+        c.tpr = 512, c.block = 512, c.packs = wide_packs, c.cluster = 16;
+        return c;
+      }
+    }
+  }
+  c.loop_tpr = cols <= 2048 ? 32 : 512;
+  return c;
+}
+
+// Whether choose_tile can return this tile for an op (so only those are compiled).
+template <int kTPR, int kBlock, int kPacks, int kCluster>
+constexpr bool tile_possible(int block_packs, int wide_packs) {
+  if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks == 1 || (kTPR == 32 && kPacks <= block_packs);
+  if (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs) return kTPR == 512;
+  return kPacks == block_packs;
+}
+
+// Every tile choose_tile may return, as X(tpr, block, packs, cluster).
+#define JN_FOR_EACH_TILE(X)                                                                            \
+  X(1, 128, 1, 1) X(2, 128, 1, 1) X(4, 128, 1, 1) X(8, 128, 1, 1) X(16, 128, 1, 1) X(32, 128, 1, 1)  \
+  X(32, 128, 2, 1) X(32, 128, 4, 1)                                                                    \
+  X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                                \
+  X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                                \
+  X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
+  X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
+  X(512, 512, 8, 16)
+
+// Calls runner.template tile<tpr, block, packs, cluster>() for the chosen tile, or
+// runner.template loop<tpr, block>() for the fallback.
+template <int kBlockPacks, int kWidePacks, class Runner>
+ffi::Error run_choice(const TileChoice& c, Runner& runner) {
+#define JN_TILE_CASE(a, b, p, k)                                                          \
+  if constexpr (tile_possible<a, b, p, k>(kBlockPacks, kWidePacks)) {                     \
+    if (c.loop_tpr == 0 && c.tpr == a && c.block == b && c.packs == p && c.cluster == k) \
+      return runner.template tile<a, b, p, k>();                                          \
+  }
+  JN_FOR_EACH_TILE(JN_TILE_CASE)
+#undef JN_TILE_CASE
+  if (c.loop_tpr == 32) return runner.template loop<32, 128>();
+  if (c.loop_tpr == 512) return runner.template loop<512, 512>();
+  return ffi::Error::Internal("jaxnorm: no kernel for this row width (internal dispatch error)");
+}
+
+}  // namespace jaxnorm

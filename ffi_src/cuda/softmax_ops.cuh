@@ -1,0 +1,133 @@
+// Softmax / log-softmax as ops of the shared row kernels (row_tiles.cuh). Statistics are the
+// online (max, sum) pair; masked positions enter the statistics as -inf (they add nothing) and
+// the mask is read again when writing, so masked outputs follow jax.nn exactly.
+#pragma once
+
+#include "common/softmax_math.h"
+#include "common/stats.h"
+#include "cuda/device_types.cuh"
+#include "cuda/row_tiles.cuh"
+
+namespace jaxnorm {
+
+template <int N>
+__device__ __forceinline__ void load_keep(const bool* mask, int64_t offset, float (&keep)[N]) {
+  if (mask == nullptr) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) keep[i] = 1.f;
+  } else {
+    bool m[N];
+    load_mask<N>(mask + offset, m);
+#pragma unroll
+    for (int i = 0; i < N; ++i) keep[i] = m[i] ? 1.f : 0.f;
+  }
+}
+
+template <class T>
+struct SoftmaxFwdOp {
+  using Type = T;
+  using Stats = MaxSum;
+  using Merge = MaxSumMerge;
+  static constexpr int kBlockPacks = 4;
+  static constexpr int kWidePacks = 8;
+
+  const T* x;
+  const bool* mask;  // nullptr when absent
+  T* y;
+  int64_t cols;
+  bool log;
+
+  __device__ static Stats identity() { return maxsum_identity(); }
+
+  template <int N>
+  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
+    load_pack<T, N>(x + row * cols + col, v);
+    if (mask != nullptr) {
+      float keep[N];
+      load_keep<N>(mask, row * cols + col, keep);
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = keep[i] != 0.f ? v[i] : -INFINITY;
+    }
+  }
+
+  __device__ void push(Stats& s, float v) const { maxsum_push(s, v); }
+
+  // Max first, then one exp per element, from registers.
+  template <int P, int N>
+  __device__ Stats thread_stats(const float (&v)[P][N], const bool (&ok)[P]) const {
+    float m = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (ok[p])
+#pragma unroll
+        for (int i = 0; i < N; ++i) m = nan_max(m, v[p][i]);
+    float sum = 0.f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (ok[p])
+#pragma unroll
+          for (int i = 0; i < N; ++i) sum += expf(v[p][i] - m);
+    }
+    return {m, sum};
+  }
+
+  __device__ SoftmaxRow finalize(Stats s, int64_t, bool) const { return softmax_row(s.max, s.sum, log); }
+
+  template <int N>
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], SoftmaxRow r) const {
+    float keep[N], out[N];
+    load_keep<N>(mask, row * cols + col, keep);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = softmax_apply(v[i], keep[i] != 0.f, r, log);
+    store_pack<T, N>(y + row * cols + col, out);
+  }
+};
+
+template <class T>
+struct SoftmaxBwdOp {
+  using Type = T;
+  static constexpr bool kColumnSums = false;
+  static constexpr int kBlockPacks = 4;
+  static constexpr int kWidePacks = 8;
+
+  const T* y;
+  const T* dy;
+  const bool* mask;
+  T* dx;
+  int64_t cols;
+  bool log;
+
+  struct RowIn {};
+  __device__ RowIn row_in(int64_t, bool) const { return {}; }
+
+  template <int N>
+  __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
+    load_pack<T, N>(y + row * cols + col, a);
+    load_pack<T, N>(dy + row * cols + col, d);
+  }
+
+  template <int N>
+  __device__ void terms(RowIn, int64_t row, int64_t col, const float (&a)[N], const float (&d)[N], Sum2& s) const {
+    float keep[N];
+    load_keep<N>(mask, row * cols + col, keep);
+#pragma unroll
+    for (int i = 0; i < N; ++i) s.a += softmax_bwd_term(a[i], d[i], keep[i] != 0.f, log);
+  }
+
+  __device__ float finalize(RowIn, Sum2 s) const { return s.a; }
+
+  template <int N>
+  __device__ void emit(int64_t row, int64_t col, const float (&a)[N], const float (&d)[N], float s, float (&)[N],
+                       float (&)[N]) const {
+    float keep[N], out[N];
+    load_keep<N>(mask, row * cols + col, keep);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = softmax_bwd_apply(a[i], d[i], keep[i] != 0.f, s, log);
+    store_pack<T, N>(dx + row * cols + col, out);
+  }
+
+  __device__ void column_terms(RowIn, int64_t, int64_t, float&, float&) const {}
+};
+
+}  // namespace jaxnorm
