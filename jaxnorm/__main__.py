@@ -1,0 +1,312 @@
+"""``python -m jaxnorm``: environment report, self-check of every op against jaxnorm.reference,
+and a small timing table of jaxnorm against XLA on this machine's default device.
+
+Exits non-zero when any check fails (a self-check line, a missing jaxnorm custom call in the
+lowered program, or a wrong result in the timing table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+import jaxnorm
+from jaxnorm import _ffi, _timing as T, reference
+
+# ----------------------------------------------------------------------------------------------
+# (a) environment
+
+
+_TARGETS = ("jaxnorm_norm_fwd", "jaxnorm_norm_bwd", "jaxnorm_softmax_fwd", "jaxnorm_softmax_bwd")
+
+
+def _lowered_targets(fn, *args) -> tuple[set[str], str | None]:
+    """The jaxnorm custom-call targets in XLA's compiled program of jit(fn) for the default
+    backend, or (targets in the lowered StableHLO, the compile error) when it does not compile."""
+    lowered = jax.jit(fn).lower(*args)
+    try:
+        text, err = lowered.compile().as_text(), None
+    except Exception as e:
+        text, err = lowered.as_text(), T._err(e, 300)
+    return {t for t in _TARGETS if t in text}, err
+
+
+def _op_callable(op):
+    if op == "layer_norm":
+        return lambda x, s, b: jaxnorm.layer_norm(x, s, b)
+    if op == "rms_norm":
+        return lambda x, s: jaxnorm.rms_norm(x, s)
+    return getattr(jaxnorm, op)
+
+
+def report_environment() -> int:
+    import jaxlib
+
+    backend = jax.default_backend()
+    print("== environment")
+    print(f"jaxnorm {jaxnorm.__version__} ({jaxnorm.__file__})")
+    print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, python {platform.python_version()} "
+          f"({platform.platform()})")
+    print(f"default backend: {backend}; devices: "
+          + ", ".join(f"{d} [{d.device_kind}]" for d in jax.devices()))
+    if _ffi.cuda_built():
+        print("CUDA handlers: built")
+    else:
+        print(f"CUDA handlers: not built ({_ffi.cuda_unavailable_reason()})")
+    try:
+        summary = _ffi.cuda_device_summary()
+    except Exception as e:  # the CUDA side is optional
+        summary = {"error": T._err(e)}
+    if summary:
+        print("CUDA device summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
+    tk = T.try_import_tokamax()
+    print(f"tokamax: {'importable' if tk is not None else 'not installed'}")
+
+    # Do the ops become jaxnorm custom calls on this backend (forward and backward)?
+    expected = {
+        "layer_norm": ({"jaxnorm_norm_fwd"}, {"jaxnorm_norm_fwd", "jaxnorm_norm_bwd"}),
+        "rms_norm": ({"jaxnorm_norm_fwd"}, {"jaxnorm_norm_fwd", "jaxnorm_norm_bwd"}),
+        "softmax": ({"jaxnorm_softmax_fwd"}, {"jaxnorm_softmax_fwd", "jaxnorm_softmax_bwd"}),
+        "log_softmax": ({"jaxnorm_softmax_fwd"}, {"jaxnorm_softmax_fwd", "jaxnorm_softmax_bwd"}),
+    }
+    failures = 0
+    xs, dys, params = T.make_inputs(0, (8, 256), jnp.float32, 1)
+    x, dy = xs[0], dys[0]
+    for op in T.OPS:
+        fn = _op_callable(op)
+        p = params[: T.N_PARAMS[op]]
+
+        def fwd_bwd(x, dy, *p, fn=fn):
+            y, pull = jax.vjp(fn, x, *p)
+            return y, pull(dy)
+
+        want_f, want_b = expected[op]
+        try:
+            got_f, err_f = _lowered_targets(fn, x, *p)
+            got_b, err_b = _lowered_targets(fwd_bwd, x, dy, *p)
+            ok = want_f <= got_f and want_b <= got_b and not err_f and not err_b
+            detail = f"fwd -> {sorted(got_f) or 'none'}; fwd+bwd -> {sorted(got_b) or 'none'}"
+            if err_f or err_b:
+                detail += f"; compile failed: {err_f or err_b}"
+        except Exception as e:
+            ok, detail = False, "lowering failed: " + T._err(e, 300)
+        failures += not ok
+        print(f"{'PASS' if ok else 'FAIL'}  {op} lowers to jaxnorm custom calls on {backend}: "
+              f"{detail}")
+    return failures
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) self-check against the reference in float64
+
+# err / (atol * max|ref| + rtol * |ref|) <= 1, the reference computed in float64 from the same
+# (rounded) inputs. float32 values are ~1e-6 off; bfloat16 ones carry the output rounding
+# (2^-9 relative) and, for the softmax backward, y's rounding.
+SELF_TOL = {"float32": (2e-5, 2e-5), "bfloat16": (1e-2, 1e-2)}
+
+SHAPES = [(7, 33), (3, 1025)]
+
+
+def _cases():
+    """(label, op, kwargs, shape, dtype_name, direction)."""
+    out = []
+    for op in T.OPS:
+        for dtype in ("float32", "bfloat16"):
+            for shape in SHAPES:
+                for d in T.DIRECTIONS:
+                    out.append((op, op, {}, shape, dtype, d))
+    # A few variants: masked softmax, a non-trailing softmax axis, a 3-D norm over two axes,
+    # apex's memory-efficient backward, norms without parameters.
+    out += [
+        ("softmax where=mask", "softmax", {"where": True}, (7, 33), "float32", "fwd+bwd"),
+        ("log_softmax where=mask", "log_softmax", {"where": True}, (7, 33), "float32", "fwd+bwd"),
+        ("softmax axis=0", "softmax", {"axis": 0}, (33, 7), "float32", "fwd+bwd"),
+        ("layer_norm axis=(-2,-1)", "layer_norm", {"axis": (-2, -1)}, (3, 5, 19), "float32",
+         "fwd+bwd"),
+        ("layer_norm memory_efficient", "layer_norm", {"memory_efficient": True}, (7, 33),
+         "float32", "fwd+bwd"),
+        ("rms_norm memory_efficient", "rms_norm", {"memory_efficient": True}, (3, 1025),
+         "bfloat16", "fwd+bwd"),
+        ("layer_norm no scale/bias", "layer_norm", {"no_params": True}, (7, 33), "float32",
+         "fwd+bwd"),
+    ]
+    return out
+
+
+def _fns(op, kw, shape):
+    """(jaxnorm_fn, reference_fn, n_params, param_shape) for a case."""
+    kw = dict(kw)
+    no_params = kw.pop("no_params", False)
+    use_mask = kw.pop("where", False)
+    n_params = 0 if no_params else T.N_PARAMS[op]
+    axis = kw.pop("axis", -1)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    pshape = tuple(shape[a] for a in axes)
+    mask = None
+    if use_mask:
+        mask = np.random.default_rng(1).random(shape) > 0.3
+        mask[0] = False  # one fully masked row
+    jn, ref = getattr(jaxnorm, op), getattr(reference, op)
+    if op in ("layer_norm", "rms_norm"):
+        mem = kw.pop("memory_efficient", False)
+
+        def f(x, *p):
+            return jn(x, *p, axis=axis, epsilon=T.EPSILON, memory_efficient=mem)
+
+        def r(x, *p):
+            return ref(x, *p, axis=axis, epsilon=T.EPSILON)
+    else:
+
+        def f(x):
+            return jn(x, axis=axis, where=None if mask is None else jnp.asarray(mask))
+
+        def r(x):
+            return ref(x, axis=axis, where=None if mask is None else jnp.asarray(mask))
+    assert not kw, kw
+    return f, r, n_params, pshape
+
+
+def _vjp_fn(fn, direction):
+    if direction == "fwd":
+        return jax.jit(lambda x, dy, *p: (fn(x, *p),))
+
+    def g(x, dy, *p):
+        y, pull = jax.vjp(fn, x, *p)
+        return (y, *pull(dy))
+
+    return jax.jit(g)
+
+
+def self_check() -> int:
+    print("\n== self-check against jaxnorm.reference (float64)")
+    failures = 0
+    rng = np.random.default_rng(0)
+    for label, op, kw, shape, dtype_name, direction in _cases():
+        dtype = T.DTYPES[dtype_name]
+        tag = f"{label:<28} {dtype_name:<8} {'x'.join(map(str, shape)):>9} {direction:<7}"
+        try:
+            f, r, n_params, pshape = _fns(op, kw, shape)
+            x = jnp.asarray((rng.standard_normal(shape) * 2 + 0.5).astype(np.float32)).astype(dtype)
+            dy = jnp.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+            params = [jnp.asarray((1 + 0.3 * rng.standard_normal(pshape)).astype(np.float32)),
+                      jnp.asarray((0.3 * rng.standard_normal(pshape)).astype(np.float32))]
+            params = params[:n_params]
+            got = _vjp_fn(f, direction)(x, dy, *params)
+            with jax.enable_x64(True):
+                x64 = jnp.asarray(np.asarray(x.astype(jnp.float32)), jnp.float64)
+                dy64 = jnp.asarray(np.asarray(dy.astype(jnp.float32)), jnp.float64)
+                p64 = [jnp.asarray(np.asarray(p), jnp.float64) for p in params]
+                want = _vjp_fn(r, direction)(x64, dy64, *p64)
+                want = [np.asarray(w) for w in want]
+            got = [np.asarray(g.astype(jnp.float32)) for g in got]
+            bad = [f"output {i} is {g.dtype}{g.shape}, reference {w.shape}"
+                   for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape]
+            if bad or len(got) != len(want):
+                raise AssertionError("; ".join(bad) or f"{len(got)} outputs vs {len(want)}")
+            atol, rtol = SELF_TOL[dtype_name]
+            stats = [T._compare_host(g.astype(np.float64), w.astype(np.float64), atol, rtol)
+                     for g, w in zip(got, want)]
+            worst = max(s[0] for s in stats) if all(s[0] == s[0] for s in stats) else float("nan")
+            ok = worst <= 1.0
+            names = ["y", "dx", "dscale", "dbias"][: len(stats)]
+            detail = ", ".join(f"{n} err {s[1]:.2g}" for n, s in zip(names, stats))
+            print(f"{'PASS' if ok else 'FAIL'}  {tag} worst {worst:.2g} of tolerance ({detail})")
+        except Exception as e:
+            ok = False
+            print(f"FAIL  {tag} {T._err(e, 300)}")
+        failures += not ok
+    return failures
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) timing
+
+
+ROUNDS = 2  # each implementation timed twice, in turn; best median kept
+
+
+def timing(dtype_name: str | None) -> int:
+    backend = jax.default_backend()
+    if backend == "cpu":
+        shapes = [(256, 1024), (32, 8192)]
+        dtype_name = dtype_name or "float32"
+        reps, min_time, max_time = 5, 0.0, 0.5
+    else:
+        shapes = [((1 << 24) // 1024, 1024), ((1 << 24) // 8192, 8192)]
+        dtype_name = dtype_name or "bfloat16"
+        reps, min_time, max_time = 20, 0.05, 1.0
+    impls = T.implementations()
+    print(f"\n== timing on {jax.devices()[0].device_kind} ({backend}), {dtype_name}: "
+          f"{', '.join(impls)} (speedup = XLA time / jaxnorm time)")
+    cols = ["op", "dir", "shape", "N", "jaxnorm", "XLA", "speedup", "jaxnorm BW", "% copy",
+            "check"]
+    fmt = "{:<11} {:<7} {:>10} {:>2} {:>10} {:>10} {:>7} {:>11} {:>6} {:>5}"
+    print(fmt.format(*cols), flush=True)
+    failures = 0
+
+    def on_result(rec):
+        nonlocal failures
+        jn, xla = rec["impls"].get("jaxnorm", {}), rec["impls"].get("xla", {})
+        mark = T.check_mark(jn) if jn else "ERR"
+        failures += mark in ("FAIL", "ERR")
+        print(fmt.format(
+            rec["op"], rec["direction"], "x".join(map(str, rec["shape"])), rec["n_inputs"],
+            T.fmt_time(jn.get("time_s")), T.fmt_time(xla.get("time_s")),
+            f"{rec['speedup']:.2f}" if "speedup" in rec else "-", T.fmt_bw(jn.get("bw_Bps")),
+            f"{100 * jn['frac_copy']:.0f}" if jn.get("frac_copy") else "-", mark), flush=True)
+        for name, r in rec["impls"].items():
+            if "error" in r:
+                print(f"      {name}: {r['error'][:300]}")
+            elif r.get("check", {}).get("pass") is False:
+                print(f"      {name}: check failed {r['check']}")
+        if "error" in rec:
+            print(f"      {rec['error'][:300]}")
+
+    itemsize = np.dtype(T.DTYPES[dtype_name]).itemsize
+    for shape in shapes:
+        n = T.n_inputs_for(shape[0] * shape[1] * itemsize)
+        try:
+            over = f"{T.fmt_time(T.call_overhead(n))} per call"
+        except Exception as e:
+            over = T._err(e, 200)
+        print(f"({'x'.join(map(str, shape))}: N = {n} inputs per timed call; fixed host cost "
+              f"{over}, included)", flush=True)
+        copy, _ = T.run_shape(shape, dtype_name, T.OPS, T.DIRECTIONS, impls, n=n, reps=reps,
+                              min_time=min_time, max_time=max_time, on_result=on_result,
+                              rounds=ROUNDS)
+        if "bw_Bps" in copy:
+            print(f"{'':<11} copy    {'x'.join(map(str, shape)):>10} {n:>2} "
+                  f"{T.fmt_time(copy['time_s']):>10} {'':>10} {'':>7} {T.fmt_bw(copy['bw_Bps']):>11}")
+        else:
+            print(f"copy baseline failed: {copy.get('error')}")
+    print("Method: " + T.method_text(reps, min_time, max_time, rounds=ROUNDS))
+    return failures
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jaxnorm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--no-bench", action="store_true", help="skip the timing table")
+    p.add_argument("--no-check", action="store_true", help="skip the self-check")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"],
+                   help="dtype of the timing table (default: float32 on CPU, bfloat16 on GPU)")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    failures = report_environment()
+    if not args.no_check:
+        failures += self_check()
+    if not args.no_bench:
+        failures += timing(args.dtype)
+    print(f"\n{'FAILED' if failures else 'OK'}: {failures} failure(s), "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
