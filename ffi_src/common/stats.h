@@ -34,9 +34,10 @@ JN_HD Welford welford_merge(Welford a, Welford b) {
   if (a.count == 0.f) return b;
   if (b.count == 0.f) return a;
   const float n = a.count + b.count;
+  const float inv_n = 1.0f / n;  // one division per merge: merges dominate a short row's work
   const float delta = b.mean - a.mean;
-  const float mean = (a.count * a.mean + b.count * b.mean) / n;
-  const float m2 = (a.m2 + b.m2) + delta * delta * (a.count * b.count / n);
+  const float mean = (a.count * a.mean + b.count * b.mean) * inv_n;
+  const float m2 = (a.m2 + b.m2) + delta * delta * (a.count * b.count * inv_n);
   return {n, mean, m2};
 }
 

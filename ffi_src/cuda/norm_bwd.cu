@@ -61,8 +61,7 @@ ffi::Error NormBwdCuda(cudaStream_t stream, ffi::AnyBuffer xin, ffi::AnyBuffer d
           NormFlags{centered, has_scale, has_bias, memory_efficient}};
     const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.xin) && aligned16(op.dy) && aligned16(op.dx) &&
                      aligned16(op.gamma) && aligned16(op.beta);
-    const TileChoice c =
-        choose_tile(s.cols, kVecOf<T>, vec, device_facts().clusters, Op::kBlockPacks, Op::kWidePacks);
+    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
     BwdRunner<Op> runner{op,
                          s.rows / groups,
                          groups,
@@ -73,7 +72,7 @@ ffi::Error NormBwdCuda(cudaStream_t stream, ffi::AnyBuffer xin, ffi::AnyBuffer d
                          static_cast<float*>(dbias->untyped_data()),
                          stream,
                          "norm backward"};
-    return run_choice<Op::kBlockPacks, Op::kWidePacks>(c, runner);
+    return run_choice<Op>(c, runner);
   });
 }
 

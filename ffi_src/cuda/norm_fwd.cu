@@ -28,10 +28,9 @@ ffi::Error NormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sca
           has_bias};
     const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.gamma) &&
                      aligned16(op.beta);
-    const TileChoice c =
-        choose_tile(s.cols, kVecOf<T>, vec, device_facts().clusters, Op::kBlockPacks, Op::kWidePacks);
+    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
     FwdRunner<Op> runner{op, s.rows, s.cols, stream, "norm forward"};
-    return run_choice<Op::kBlockPacks, Op::kWidePacks>(c, runner);
+    return run_choice<Op>(c, runner);
   });
 }
 

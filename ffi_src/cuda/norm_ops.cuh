@@ -33,6 +33,7 @@ struct NormFwdOp {
   using Stats = Welford;
   using Merge = WelfordMerge;
   static constexpr int kBlockPacks = 4;
+  static constexpr int kMaxBlock = 512;
   static constexpr int kWidePacks = 8;
 
   const T* x;
@@ -118,6 +119,7 @@ struct NormBwdOp {
   static constexpr bool kColumnSums = true;
   // x, dy and two column accumulators per element live in registers: 16 elements per thread.
   static constexpr int kBlockPacks = sizeof(T) == 4 ? 4 : 2;
+  static constexpr int kMaxBlock = 256;  // ~120 registers a thread: keep 2 CTAs per SM
   static constexpr int kWidePacks = 0;
 
   const T* xin;  // x, or y in memory-efficient mode

@@ -47,23 +47,22 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
   if constexpr (kThreads <= 32) {
     v = group_allreduce<kThreads>(v, merge);
   } else {
-    static_assert(kThreads / 32 <= kWarps, "smem too small");
+    // Warps' values through shared memory, then a butterfly over them: lane l of every warp
+    // starts from warp (l % W)'s value, so each aligned group of W lanes holds all W values.
+    constexpr int W = kThreads / 32;
+    static_assert(W <= kWarps && (W & (W - 1)) == 0, "warps per row must be a power of two");
     v = group_allreduce<32>(v, merge);
-    const int warp = threadIdx.x / 32;
-    if (threadIdx.x % 32 == 0) smem.warp[warp] = v;
+    if (threadIdx.x % 32 == 0) smem.warp[threadIdx.x / 32] = v;
     __syncthreads();
-    v = smem.warp[0];
-#pragma unroll
-    for (int w = 1; w < kThreads / 32; ++w) v = merge(v, smem.warp[w]);
+    v = group_allreduce<W>(smem.warp[threadIdx.x % W], merge);
     __syncthreads();  // the slots are rewritten by the next row
   }
   if constexpr (kCluster > 1) {
+    // The same across the cluster's CTAs: one distributed-shared-memory read per thread.
     cg::cluster_group cluster = cg::this_cluster();
     if (threadIdx.x == 0) smem.cta = v;
     cluster.sync();
-    v = *cluster.map_shared_rank(&smem.cta, 0);
-#pragma unroll
-    for (int r = 1; r < kCluster; ++r) v = merge(v, *cluster.map_shared_rank(&smem.cta, r));
+    v = group_allreduce<kCluster>(*cluster.map_shared_rank(&smem.cta, threadIdx.x % kCluster), merge);
     cluster.sync();  // no CTA may overwrite its slot (or exit) while others still read it
   }
   return v;

@@ -40,8 +40,15 @@ constexpr int warps_for_reduce() {
 
 // ---------------------------------------------------------------------------------------------
 // Forward: statistics of x, then y from registers.
+// CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
+// the other's reduction.
+template <int kBlock>
+constexpr int min_ctas_per_sm() {
+  return kBlock >= 512 ? 2 : 1;
+}
+
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-__global__ void __launch_bounds__(kBlock) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;
@@ -252,10 +259,11 @@ struct TileChoice {
   int loop_tpr = 0;                                // a loop kernel when loop_tpr > 0
 };
 
-// kBlockPacks: packs per thread for CTA-wide and cluster tiles (registers the op can afford);
-// kWidePacks: a wider last-resort cluster tile (0 = none).
+// block_packs: packs per thread for CTA-wide and cluster tiles (the registers the op can afford);
+// max_block: threads per CTA for those tiles (so enough CTAs fit per SM); wide_packs: a wider
+// last-resort cluster tile (0 = none).
 inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clusters, int block_packs,
-                              int wide_packs) {
+                              int max_block, int wide_packs) {
   TileChoice c;
   const int64_t packs = vectorizable ? cols / vec : 0;
   if (vectorizable && packs >= 1) {
@@ -271,7 +279,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
         return c;
       }
     }
-    for (int b : {128, 256, 512}) {
+    for (int b = 128; b <= max_block; b *= 2) {
       if (packs <= static_cast<int64_t>(b) * block_packs) {
         c.tpr = b, c.block = b, c.packs = block_packs, c.cluster = 1;
         return c;
@@ -279,13 +287,13 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
     }
     if (clusters) {
       for (int k : {2, 4, 8, 16}) {
-        if (packs <= 512LL * block_packs * k) {
-          c.tpr = 512, c.block = 512, c.packs = block_packs, c.cluster = k;
+        if (packs <= static_cast<int64_t>(max_block) * block_packs * k) {
+          c.tpr = max_block, c.block = max_block, c.packs = block_packs, c.cluster = k;
           return c;
         }
       }
-      if (wide_packs > block_packs && packs <= 512LL * wide_packs * 16) {
-        c.tpr = 512, c.block = 512, c.packs = wide_packs, c.cluster = 16;
+      if (wide_packs > block_packs && packs <= static_cast<int64_t>(max_block) * wide_packs * 16) {
+        c.tpr = max_block, c.block = max_block, c.packs = wide_packs, c.cluster = 16;
         return c;
       }
     }
@@ -296,10 +304,12 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 
 // Whether choose_tile can return this tile for an op (so only those are compiled).
 template <int kTPR, int kBlock, int kPacks, int kCluster>
-constexpr bool tile_possible(int block_packs, int wide_packs) {
+constexpr bool tile_possible(int block_packs, int max_block, int wide_packs) {
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks == 1 || (kTPR == 32 && kPacks <= block_packs);
-  if (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs) return kTPR == 512;
-  return kPacks == block_packs;
+  if (kTPR != kBlock || kBlock > max_block) return false;
+  if (kCluster == 1) return kPacks == block_packs;
+  if (kBlock != max_block) return false;
+  return kPacks == block_packs || (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs);
 }
 
 // Every tile choose_tile may return, as X(tpr, block, packs, cluster).
@@ -308,16 +318,25 @@ constexpr bool tile_possible(int block_packs, int wide_packs) {
   X(32, 128, 2, 1) X(32, 128, 4, 1)                                                                    \
   X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                                \
   X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                                \
+  X(256, 256, 2, 2) X(256, 256, 2, 4) X(256, 256, 2, 8) X(256, 256, 2, 16)                             \
+  X(256, 256, 4, 2) X(256, 256, 4, 4) X(256, 256, 4, 8) X(256, 256, 4, 16)                             \
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
   X(512, 512, 8, 16)
 
+// Picks the kernel for a row width from the op's register budget.
+template <class Op>
+TileChoice choose_tile_for(int64_t cols, bool vectorizable, bool clusters) {
+  return choose_tile(cols, kVecOf<typename Op::Type>, vectorizable, clusters, Op::kBlockPacks, Op::kMaxBlock,
+                     Op::kWidePacks);
+}
+
 // Calls runner.template tile<tpr, block, packs, cluster>() for the chosen tile, or
 // runner.template loop<tpr, block>() for the fallback.
-template <int kBlockPacks, int kWidePacks, class Runner>
+template <class Op, class Runner>
 ffi::Error run_choice(const TileChoice& c, Runner& runner) {
-#define JN_TILE_CASE(a, b, p, k)                                                          \
-  if constexpr (tile_possible<a, b, p, k>(kBlockPacks, kWidePacks)) {                     \
+#define JN_TILE_CASE(a, b, p, k)                                                                     \
+  if constexpr (tile_possible<a, b, p, k>(Op::kBlockPacks, Op::kMaxBlock, Op::kWidePacks)) {         \
     if (c.loop_tpr == 0 && c.tpr == a && c.block == b && c.packs == p && c.cluster == k) \
       return runner.template tile<a, b, p, k>();                                          \
   }

@@ -25,10 +25,9 @@ ffi::Error SoftmaxFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
           has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, static_cast<T*>(y->untyped_data()),
           s.cols, log};
     const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.mask);
-    const TileChoice c =
-        choose_tile(s.cols, kVecOf<T>, vec, device_facts().clusters, Op::kBlockPacks, Op::kWidePacks);
+    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
     FwdRunner<Op> runner{op, s.rows, s.cols, stream, "softmax forward"};
-    return run_choice<Op::kBlockPacks, Op::kWidePacks>(c, runner);
+    return run_choice<Op>(c, runner);
   });
 }
 
@@ -47,10 +46,9 @@ ffi::Error SoftmaxBwdCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer 
           s.cols, log};
     const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.y) && aligned16(op.dy) && aligned16(op.dx) &&
                      aligned16(op.mask);
-    const TileChoice c =
-        choose_tile(s.cols, kVecOf<T>, vec, device_facts().clusters, Op::kBlockPacks, Op::kWidePacks);
+    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
     BwdRunner<Op> runner{op, s.rows, 1, s.cols, nullptr, 0, nullptr, nullptr, stream, "softmax backward"};
-    return run_choice<Op::kBlockPacks, Op::kWidePacks>(c, runner);
+    return run_choice<Op>(c, runner);
   });
 }
 

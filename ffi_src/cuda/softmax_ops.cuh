@@ -29,6 +29,7 @@ struct SoftmaxFwdOp {
   using Stats = MaxSum;
   using Merge = MaxSumMerge;
   static constexpr int kBlockPacks = 4;
+  static constexpr int kMaxBlock = 512;
   static constexpr int kWidePacks = 8;
 
   const T* x;
@@ -89,6 +90,7 @@ struct SoftmaxBwdOp {
   using Type = T;
   static constexpr bool kColumnSums = false;
   static constexpr int kBlockPacks = 4;
+  static constexpr int kMaxBlock = 256;  // ~100-125 registers a thread: keep 2 CTAs per SM
   static constexpr int kWidePacks = 8;
 
   const T* y;
