@@ -16,8 +16,9 @@ struct NormFlags {
   bool memory_efficient;  // backward recovers x_hat from the output y
 };
 
-// Reciprocal standard deviation from the population variance (or mean square).
-JN_HD float norm_rstd(float var, float eps) { return 1.0f / sqrtf(fmaxf(var, 0.f) + eps); }
+// Reciprocal standard deviation from the population variance (or mean square). A NaN variance
+// (a row holding inf or NaN) must stay NaN, as in jnp: fmaxf(var, 0) would turn it into 0.
+JN_HD float norm_rstd(float var, float eps) { return 1.0f / sqrtf((var < 0.f ? 0.f : var) + eps); }
 
 JN_HD float norm_apply(float x, float mean, float rstd, float gamma, float beta) {
   return (x - mean) * rstd * gamma + beta;

@@ -11,62 +11,79 @@
 
 namespace jaxnorm {
 
-// ---- Welford / Chan: count, mean and sum of squared deviations (M2) of a set of values ----
-struct Welford {
-  float count;
-  float mean;
-  float m2;
-};
+// Each statistic is templated on its accumulation type F: the CUDA kernels accumulate in float
+// and merge in a tree; the CPU handlers walk a row sequentially, where a float running mean or
+// sum would be rounded once per element, so they accumulate in double.
 
-JN_HD Welford welford_identity() { return {0.f, 0.f, 0.f}; }
+// ---- Welford / Chan: count, mean and sum of squared deviations (M2) of a set of values ----
+template <class F>
+struct WelfordT {
+  F count;
+  F mean;
+  F m2;
+};
+using Welford = WelfordT<float>;
+
+template <class F = float>
+JN_HD WelfordT<F> welford_identity() { return {F(0), F(0), F(0)}; }
 
 // Welford's online update: one pass, no catastrophic cancellation for rows with a large mean.
-JN_HD void welford_push(Welford& s, float v) {
-  s.count += 1.f;
-  const float delta = v - s.mean;
+template <class F>
+JN_HD void welford_push(WelfordT<F>& s, F v) {
+  s.count += F(1);
+  const F delta = v - s.mean;
   s.mean += delta / s.count;
   s.m2 += delta * (v - s.mean);
 }
 
-// Chan et al.'s pairwise merge. The mean is the count-weighted average (symmetric), and M2 adds
-// the between-set term delta^2 * na * nb / n, which is symmetric because delta is squared.
+// Chan et al.'s pairwise merge, with one reciprocal. Written symmetric in (a, b) (swapping them
+// negates both factors of the correction term, which is exact), and exact when both means are
+// equal: the mean is the average of the two means plus delta * (nb - na) / 2n, so a constant row
+// keeps its mean exactly and x - mean is exactly zero.
 JN_HD Welford welford_merge(Welford a, Welford b) {
   if (a.count == 0.f) return b;
   if (b.count == 0.f) return a;
   const float n = a.count + b.count;
-  const float inv_n = 1.0f / n;  // one division per merge: merges dominate a short row's work
+  const float inv_n = 1.0f / n;
   const float delta = b.mean - a.mean;
-  const float mean = (a.count * a.mean + b.count * b.mean) * inv_n;
+  const float mean = (0.5f * a.mean + 0.5f * b.mean) + delta * ((b.count - a.count) * 0.5f * inv_n);
   const float m2 = (a.m2 + b.m2) + delta * delta * (a.count * b.count * inv_n);
   return {n, mean, m2};
 }
 
 // ---- Online softmax normalizer (Milakov & Gimelshein 2018): running max m, d = sum exp(x - m) ----
-struct MaxSum {
-  float max;
-  float sum;
+template <class F>
+struct MaxSumT {
+  F max;
+  F sum;
 };
+using MaxSum = MaxSumT<float>;
 
-JN_HD MaxSum maxsum_identity() { return {-INFINITY, 0.f}; }
+template <class F = float>
+JN_HD MaxSumT<F> maxsum_identity() { return {-F(INFINITY), F(0)}; }
 
 // Max that propagates NaN like jnp.max (fmaxf would drop it).
-JN_HD float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+template <class F>
+JN_HD F nan_max(F a, F b) { return (a > b || a != a) ? a : b; }
 
 // exp(from - to) rescale factor; a set with no elements (max == -inf) contributes nothing, and
 // -inf - -inf must not turn its empty sum into NaN.
-JN_HD float maxsum_rescale(float sum, float from_max, float to_max) {
-  return sum == 0.f ? 0.f : sum * expf(from_max - to_max);
+template <class F>
+JN_HD F maxsum_rescale(F sum, F from_max, F to_max) {
+  return sum == F(0) ? F(0) : sum * exp(from_max - to_max);
 }
 
-JN_HD void maxsum_push(MaxSum& s, float v) {
-  const float m = nan_max(s.max, v);
-  const float add = (m == -INFINITY) ? 0.f : expf(v - m);
+template <class F>
+JN_HD void maxsum_push(MaxSumT<F>& s, F v) {
+  const F m = nan_max(s.max, v);
+  const F add = (m == -F(INFINITY)) ? F(0) : exp(v - m);
   s.sum = maxsum_rescale(s.sum, s.max, m) + add;
   s.max = m;
 }
 
-JN_HD MaxSum maxsum_merge(MaxSum a, MaxSum b) {
-  const float m = nan_max(a.max, b.max);
+template <class F>
+JN_HD MaxSumT<F> maxsum_merge(MaxSumT<F> a, MaxSumT<F> b) {
+  const F m = nan_max(a.max, b.max);
   return {m, maxsum_rescale(a.sum, a.max, m) + maxsum_rescale(b.sum, b.max, m)};
 }
 

@@ -20,10 +20,10 @@ void norm_fwd_rows(const T* x, const float* scale, const float* bias, T* y, floa
     T* yr = y + r * s.cols;
     float mean = 0.f, var;
     if (f.centered) {
-      Welford w = welford_identity();
-      for (int64_t c = 0; c < s.cols; ++c) welford_push(w, to_float(xr[c]));
-      mean = w.mean;
-      var = w.m2 / w.count;
+      WelfordT<double> w = welford_identity<double>();
+      for (int64_t c = 0; c < s.cols; ++c) welford_push(w, static_cast<double>(to_float(xr[c])));
+      mean = static_cast<float>(w.mean);
+      var = static_cast<float>(w.m2 / w.count);
     } else {
       double ss = 0.0;
       for (int64_t c = 0; c < s.cols; ++c) {

@@ -19,11 +19,11 @@ void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, bool log) {
   for (int64_t r = 0; r < s.rows; ++r) {
     const T* xr = x + r * s.cols;
     const bool* mr = mask ? mask + r * s.cols : nullptr;
-    MaxSum st = maxsum_identity();
+    MaxSumT<double> st = maxsum_identity<double>();
     for (int64_t c = 0; c < s.cols; ++c) {
-      if (!mr || mr[c]) maxsum_push(st, to_float(xr[c]));
+      if (!mr || mr[c]) maxsum_push(st, static_cast<double>(to_float(xr[c])));
     }
-    const SoftmaxRow row = softmax_row(st.max, st.sum, log);
+    const SoftmaxRow row = softmax_row(static_cast<float>(st.max), static_cast<float>(st.sum), log);
     T* yr = y + r * s.cols;
     for (int64_t c = 0; c < s.cols; ++c) {
       yr[c] = from_float<T>(softmax_apply(to_float(xr[c]), !mr || mr[c], row, log));
