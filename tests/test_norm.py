@@ -1,0 +1,149 @@
+"""What only layer_norm and rms_norm have: memory-efficient mode, statistics on hard rows,
+normalization over several axes, epsilon, and parameter dtypes."""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import jaxnorm
+from jaxnorm import norm as norm_impl
+from cases import (
+    BF16, DTYPES, F16, F32, F64, LAYER_NORM, NORMS, RMS_NORM, UNIT_ROUNDOFF, as_f64, assert_close,
+    check_op, make_cotangent, make_params, make_x, op_params, run_both, tolerance,
+)
+
+ALL_DTYPES = pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory-efficient mode
+
+
+@op_params(NORMS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("memory_efficient", [False, True], ids=["default", "memory_efficient"])
+def test_saved_residuals(op, dtype, memory_efficient, rng):
+    """The backward keeps y instead of x in memory-efficient mode, and no mean."""
+    dtype = DTYPES[dtype]
+    x = make_x(op, rng, (6, 48), dtype)
+    scale, *rest = make_params(op, rng, (48,), F32)
+    bias = rest[0] if rest else None
+    y, res = norm_impl._norm_fwd(x, scale, bias, 1e-6, op is LAYER_NORM, memory_efficient)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(op.fn(x, scale, *rest)))
+    kept, other = (y, x) if memory_efficient else (x, y)
+    assert res["input"].dtype == dtype
+    np.testing.assert_array_equal(np.asarray(res["input"]), np.asarray(kept))
+    assert not np.array_equal(np.asarray(res["input"]), np.asarray(other))
+    if memory_efficient or op is RMS_NORM:
+        assert res["mean"] is None
+    else:
+        assert res["mean"].shape == (6,)
+
+
+def _subsets(op):
+    return [names for names in [(), ("scale",), ("bias",), ("scale", "bias")] if set(names) <= set(op.params)]
+
+
+@pytest.mark.parametrize(
+    "op,names",
+    [pytest.param(op, names, id=f"{op}-{'+'.join(names) or 'none'}") for op in NORMS for names in _subsets(op)],
+)
+@ALL_DTYPES
+def test_memory_efficient_matches_reference(op, names, dtype, rng):
+    # bounded_scale: x_hat = (y - bias) / scale amplifies y's rounding by 1/|scale|.
+    check_op(op, rng, (5, 1024), DTYPES[dtype], names=names, bounded_scale=True, memory_efficient=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hard rows
+
+
+def test_large_mean_layer_norm(rng):
+    """Statistics of a row with mean 1e4 and unit variance: a one-pass E[x^2] - E[x]^2 in
+    float32 would lose every digit of the variance (1e8 * 2^-24 ~ 6 > 1)."""
+    x = jnp.asarray(1e4 + rng.normal(size=(4, 1000)), F32)
+    ct = make_cotangent(rng, x)
+    (y, (dx, _, _)), (y_ref, (dx_ref, _, _)) = run_both(LAYER_NORM, x, (None, None), ct)
+    for a, e in ((y, y_ref), (dx, dx_ref)):
+        err = np.abs(as_f64(a) - as_f64(e)).max() / np.abs(as_f64(e)).max()
+        assert err <= 1e-3, err
+
+
+@ALL_DTYPES
+def test_constant_rows_layer_norm(dtype, rng):
+    """Zero variance: rstd = epsilon^-1/2 and the output is exactly the bias. The constants are
+    multiples of 1/4, so every partial sum (any order, any merge) and the mean are exact and
+    x - mean is exactly 0."""
+    dtype = DTYPES[dtype]
+    rows, width = 6, 1000
+    c = rng.integers(1, 17, size=(rows, 1)) * rng.choice([-0.25, 0.25], size=(rows, 1))
+    x = jnp.asarray(np.broadcast_to(c, (rows, width)), dtype)
+    params = make_params(LAYER_NORM, rng, (width,), dtype)
+    ct = make_cotangent(rng, x)
+    (y, (dx, dscale, dbias)), (_, (dx_ref, _, dbias_ref)) = run_both(LAYER_NORM, x, params, ct)
+    np.testing.assert_array_equal(as_f64(y), np.broadcast_to(as_f64(params[1]), (rows, width)))
+    # x_hat is exactly 0, so nothing reaches the scale.
+    np.testing.assert_array_equal(as_f64(dscale), 0.0)
+    # dx = rstd * (g - mean(g)) with rstd = epsilon^-1/2: its terms are rstd * |g|.
+    g = np.abs(as_f64(ct) * as_f64(params[0]))
+    tol = tolerance(dtype, width)
+    assert_close(dx, dx_ref, tol=tol, mag=1e3 * (g + g.mean(1, keepdims=True)), what="dx")
+    assert_close(dbias, dbias_ref, tol=tol, mag=np.abs(as_f64(ct)).sum(0), what="dbias")
+
+
+@op_params(NORMS)
+@ALL_DTYPES
+def test_constant_rows_arbitrary_value(op, dtype, rng):
+    """Constant rows of arbitrary values stay finite. For layer_norm the mean itself may be off
+    by a few float32 ulps of |c| (merge order), which rstd = epsilon^-1/2 multiplies: the
+    output is the bias up to that."""
+    dtype = DTYPES[dtype]
+    rows, width, eps = 6, 1000, 1e-6
+    c = rng.uniform(0.5, 4, size=(rows, 1)) * rng.choice([-1, 1], size=(rows, 1))
+    x = jnp.asarray(np.broadcast_to(c, (rows, width)), dtype)
+    params = make_params(op, rng, (width,), dtype)
+    ct = make_cotangent(rng, x)
+    (y, grads), (y_ref, _) = run_both(op, x, params, ct, epsilon=eps)
+    for a in (y, *grads):
+        assert np.isfinite(as_f64(a)).all()
+    if op is LAYER_NORM:
+        s, b = as_f64(params[0]), as_f64(params[1])
+        cx = np.abs(as_f64(x)[:, :1])
+        bound = 2 * UNIT_ROUNDOFF[dtype] * np.abs(b) + np.abs(s) * eps**-0.5 * 8 * 2.0**-24 * cx
+        assert (np.abs(as_f64(y) - b) <= bound).all()
+    else:
+        # c * rstd * scale: products only, so relative accuracy.
+        assert_close(y, y_ref, tol=tolerance(dtype, width), mag=np.abs(as_f64(y_ref)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Axes, epsilon and parameter dtypes
+
+
+@op_params(NORMS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [((4, 6, 7), (1, 2)), ((3, 2, 5, 9), (-3, -2, -1)), ((2, 3, 8, 130), (-2, -1))],
+    ids=str,
+)
+def test_tuple_of_trailing_axes(op, dtype, shape, axis, rng):
+    """Normalizing over several trailing axes at once, with scale/bias shaped like them."""
+    check_op(op, rng, shape, DTYPES[dtype], axis=axis)
+
+
+@op_params(NORMS)
+@pytest.mark.parametrize("epsilon", [0.0, 1e-3, 0.5])
+def test_epsilon(op, epsilon, rng):
+    # epsilon 0.5 is comparable to the variance of the data, so a dropped epsilon shows.
+    check_op(op, rng, (5, 96), F32, epsilon=epsilon)
+
+
+@pytest.mark.parametrize("x_dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("param_dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_any_param_dtype(x_dtype, param_dtype, rng):
+    """Scale and bias of any float dtype; their gradients come back in that dtype."""
+    check_op(LAYER_NORM, rng, (4, 257), DTYPES[x_dtype], param_dtype=DTYPES[param_dtype])
+

@@ -1,0 +1,140 @@
+"""Every op, forward and vjp in all differentiable arguments, against the float64 reference."""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+from cases import (
+    BF16, DTYPES, F16, F32, LAYER_NORM, NORMS, OPS, SOFTMAX, as_f64, check_op, make_cotangent,
+    make_params, make_x, op_params,
+)
+
+# Powers of two and their neighbours probe vectorization tails; 1000, 8193 odd sizes; 65536 the
+# widest row the GPU kernels keep in one block.
+WIDTHS = (1, 2, 3, 31, 32, 33, 127, 128, 1000, 1024, 1025, 4096, 8193, 65536)
+SMALL_WIDTHS = (1, 33, 1024, 4096, 8193)
+LEADING = ((), (7,), (2, 3, 5))
+FEW_LEADING = ((), (2, 3, 5))
+
+
+def _leading_id(lead):
+    return "x".join(map(str, lead)) or "1row"
+
+
+leading_params = pytest.mark.parametrize("leading", LEADING, ids=_leading_id)
+few_leading_params = pytest.mark.parametrize("leading", FEW_LEADING, ids=_leading_id)
+
+
+@op_params()
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@leading_params
+@pytest.mark.parametrize("width", WIDTHS)
+def test_matches_reference(op, dtype, leading, width, rng):
+    check_op(op, rng, (*leading, width), DTYPES[dtype])
+
+
+@op_params()
+@few_leading_params
+@pytest.mark.parametrize("width", SMALL_WIDTHS)
+def test_float16(op, leading, width, rng):
+    check_op(op, rng, (*leading, width), F16)
+
+
+# float32 parameters with low-precision activations: the usual mixed-precision training setup.
+MIXED = [
+    pytest.param(BF16, ("scale", "bias"), id="bf16-x-f32-scale-bias"),
+    pytest.param(F16, ("scale",), id="f16-x-f32-scale"),
+]
+
+
+@op_params(NORMS)
+@pytest.mark.parametrize("x_dtype,names", MIXED)
+@few_leading_params
+@pytest.mark.parametrize("width", SMALL_WIDTHS)
+def test_mixed_param_dtype(op, x_dtype, names, leading, width, rng):
+    check_op(op, rng, (*leading, width), x_dtype, param_dtype=F32, names=names)
+
+
+def _param_subsets(op):
+    names = op.params
+    return [tuple(n for i, n in enumerate(names) if mask >> i & 1) for mask in range(1 << len(names))]
+
+
+@pytest.mark.parametrize(
+    "op,names",
+    [pytest.param(op, names, id=f"{op}-{'+'.join(names) or 'none'}") for op in NORMS for names in _param_subsets(op)],
+)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_optional_params(op, names, dtype, rng):
+    check_op(op, rng, (4, 1025), DTYPES[dtype], names=names)
+
+
+# Every dispatch boundary of the row kernels: 2^k - 1, 2^k, 2^k + 1 and 2^k + 8 (one vector of
+# bf16 past the boundary), up to 2^18; widths the grid above already runs are left out.
+SWEEP = sorted({w for k in range(19) for w in (2**k - 1, 2**k, 2**k + 1, 2**k + 8) if w >= 1} - set(WIDTHS))
+
+
+
+
+def _sweep_param(w):
+    if w <= 65536:
+        return w
+    # One wide width also runs off-GPU: it costs about 2 s there in all.
+    return pytest.param(w, marks=pytest.mark.wide(cpu=w == 2**18))
+
+
+@op_params((LAYER_NORM, SOFTMAX))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("width", [_sweep_param(w) for w in SWEEP])
+def test_width_sweep(op, dtype, width, rng):
+    check_op(op, rng, (3, width), DTYPES[dtype])
+
+
+@op_params()
+@pytest.mark.parametrize("shape", [(0, 16), (2, 0, 16)], ids=str)
+def test_empty_leading_shape(op, shape, rng):
+    dtype = BF16  # the dtype must survive the early return too
+    x = jnp.zeros(shape, dtype)  # no values to be zero: the array is empty
+    params = make_params(op, rng, shape[-1:], dtype)
+
+    def f(x, *ps):
+        return op.fn(x, *ps)
+
+    y, pullback = jax.vjp(f, x, *params)
+    assert (y.shape, y.dtype) == (shape, dtype)
+    grads = pullback(jnp.zeros(shape, dtype))
+    for g, inp in zip(grads, (x, *params)):
+        assert (g.shape, g.dtype) == (inp.shape, inp.dtype)
+    # Nothing flows from an empty batch into the parameters.
+    for g in grads[1:]:
+        np.testing.assert_array_equal(as_f64(g), 0.0)
+
+
+@op_params()
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_nonfinite_rows(op, dtype, rng):
+    """Rows holding NaN, +inf or -inf give what the reference gives, row by row."""
+    dtype = DTYPES[dtype]
+    x = np.asarray(make_x(op, rng, (6, 37), dtype)).astype(np.float32)
+    x[0, 5] = np.nan
+    x[1, 0] = np.inf
+    x[2, 36] = -np.inf
+    x[3, 7:9] = [np.inf, -np.inf]
+    x[4, 3] = np.nan
+    x[4, 4] = np.inf
+    x = jnp.asarray(x, dtype)
+    params = make_params(op, rng, (37,), dtype)
+    actual = np.asarray(op.fn(x, *params)).astype(np.float32)
+    # The reference on the same values in float32: non-finite semantics are those of jnp in the
+    # precision the kernels compute in.
+    expected = np.asarray(op.ref(x.astype(F32), *(p.astype(F32) for p in params))).astype(dtype).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    np.testing.assert_array_equal(np.isposinf(actual), np.isposinf(expected))
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    assert finite[5].all()  # the clean row stays clean
+    # Finite entries: within a few units of the dtype's rounding of the float32 reference.
+    tol = 4 * float(jnp.finfo(dtype).eps)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=tol, atol=tol * np.abs(expected[finite]).max())
