@@ -166,14 +166,15 @@ def tolerance(dtype, width: int, rounded_input=None) -> Tol:
     backward may read a rounded forward output (softmax's y; y in memory-efficient norms), which
     carries u of `rounded_input`'s dtype on every term. Float32 arithmetic: a row sum of
     `width` terms has independent rounding errors adding up to about 0.6 sqrt(width) u (rms)
-    for a plain running sum, less for blocked, tree or wider accumulation; the constant covers
-    rsqrt/exp/log and divisions (a few ulp each, fast-math GPU versions included) along the
-    chain mean -> variance -> rstd -> x_hat -> y and a backward's two dependent reductions. An
-    error growing like width itself (a running sum absorbing terms below half its ulp) fails.
+    for a plain running sum, 2 sqrt(width) u at three sigma, and less for blocked, tree or wider
+    accumulation; the constant covers rsqrt/exp/log and divisions (a few ulp each, fast-math GPU
+    versions included) along the chain mean -> variance -> rstd -> x_hat -> y and a backward's
+    two dependent reductions. An error growing like width itself (a running sum absorbing terms
+    below half its ulp) fails.
     """
     u_out = UNIT_ROUNDOFF[np.dtype(dtype)]
     u_in = 0.0 if rounded_input is None else UNIT_ROUNDOFF[np.dtype(rounded_input)]
-    return Tol(rel=2 * u_out, terms=2 * u_in + 2.0**-24 * (32 + math.sqrt(width)))
+    return Tol(rel=2 * u_out, terms=2 * u_in + 2.0**-24 * (32 + 2 * math.sqrt(width)))
 
 
 def result_tolerance(op: Op, name: str, dtype, x_dtype, width: int, memory_efficient=False) -> Tol:

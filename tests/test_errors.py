@@ -12,7 +12,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from cases import F32, NORMS, OPS, SOFTMAXES, op_params
+from cases import F32, NORMS, SOFTMAXES, op_params
 
 X = jax.ShapeDtypeStruct((4, 16), F32)
 

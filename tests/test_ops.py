@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from cases import (
-    BF16, DTYPES, F16, F32, LAYER_NORM, NORMS, OPS, SOFTMAX, as_f64, check_op, make_cotangent,
-    make_params, make_x, op_params,
+    BF16, DTYPES, F16, F32, LAYER_NORM, NORMS, SOFTMAX, as_f64, check_op, make_params, make_x,
+    op_params,
 )
 
 # Powers of two and their neighbours probe vectorization tails; 1000, 8193 odd sizes; 65536 the
@@ -76,8 +76,6 @@ def test_optional_params(op, names, dtype, rng):
 SWEEP = sorted({w for k in range(19) for w in (2**k - 1, 2**k, 2**k + 1, 2**k + 8) if w >= 1} - set(WIDTHS))
 
 
-
-
 def _sweep_param(w):
     if w <= 65536:
         return w
@@ -129,12 +127,12 @@ def test_nonfinite_rows(op, dtype, rng):
     actual = np.asarray(op.fn(x, *params)).astype(np.float32)
     # The reference on the same values in float32: non-finite semantics are those of jnp in the
     # precision the kernels compute in.
-    expected = np.asarray(op.ref(x.astype(F32), *(p.astype(F32) for p in params))).astype(dtype).astype(np.float32)
+    expected = np.asarray(op.ref(x.astype(F32), *(p.astype(F32) for p in params)).astype(dtype)).astype(np.float32)
     np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
     np.testing.assert_array_equal(np.isposinf(actual), np.isposinf(expected))
     np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
     finite = np.isfinite(expected)
     assert finite[5].all()  # the clean row stays clean
-    # Finite entries: within a few units of the dtype's rounding of the float32 reference.
-    tol = 4 * float(jnp.finfo(dtype).eps)
+    # Finite entries: two float32 computations rounded to the dtype, a few ulp apart at most.
+    tol = 4 * float(jnp.finfo(dtype).eps) + 64 * 2.0**-24
     np.testing.assert_allclose(actual[finite], expected[finite], rtol=tol, atol=tol * np.abs(expected[finite]).max())

@@ -32,9 +32,7 @@ struct NormFwdOp {
   using Type = T;
   using Stats = Welford;
   using Merge = WelfordMerge;
-  static constexpr int kBlockPacks = 4;
-  static constexpr int kMaxBlock = 512;
-  static constexpr int kWidePacks = 8;
+  static constexpr TileBudget kBudget = kForwardBudget;
 
   const T* x;
   T* y;
@@ -117,10 +115,7 @@ template <class T>
 struct NormBwdOp {
   using Type = T;
   static constexpr bool kColumnSums = true;
-  // x, dy and two column accumulators per element live in registers: 16 elements per thread.
-  static constexpr int kBlockPacks = sizeof(T) == 4 ? 4 : 2;
-  static constexpr int kMaxBlock = 256;  // ~120 registers a thread: keep 2 CTAs per SM
-  static constexpr int kWidePacks = 0;
+  static constexpr TileBudget kBudget = norm_backward_budget(sizeof(T));
 
   const T* xin;  // x, or y in memory-efficient mode
   const T* dy;

@@ -18,6 +18,7 @@
 #include "cuda/device_types.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_reduce.cuh"
+#include "cuda/tile_choice.h"
 
 namespace jaxnorm {
 
@@ -251,84 +252,10 @@ __global__ void __launch_bounds__(256) column_sums_kernel(Op op, int64_t rows_pe
 __global__ void reduce_partials_kernel(const float* workspace, int64_t ws_rows, int64_t workers, int64_t cols,
                                        float* dscale, float* dbias);
 
-// ---------------------------------------------------------------------------------------------
-// Choosing a kernel by row width.
-
-struct TileChoice {
-  int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
-  int loop_tpr = 0;                                // a loop kernel when loop_tpr > 0
-};
-
-// block_packs: packs per thread for CTA-wide and cluster tiles (the registers the op can afford);
-// max_block: threads per CTA for those tiles (so enough CTAs fit per SM); wide_packs: a wider
-// last-resort cluster tile (0 = none).
-inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clusters, int block_packs,
-                              int max_block, int wide_packs) {
-  TileChoice c;
-  const int64_t packs = vectorizable ? cols / vec : 0;
-  if (vectorizable && packs >= 1) {
-    if (packs <= 32) {
-      int tpr = 1;
-      while (tpr < packs) tpr *= 2;
-      c.tpr = tpr, c.block = 128, c.packs = 1, c.cluster = 1;
-      return c;
-    }
-    for (int p = 2; p <= block_packs && p <= 4; p *= 2) {
-      if (packs <= 32 * p) {
-        c.tpr = 32, c.block = 128, c.packs = p, c.cluster = 1;
-        return c;
-      }
-    }
-    for (int b = 128; b <= max_block; b *= 2) {
-      if (packs <= static_cast<int64_t>(b) * block_packs) {
-        c.tpr = b, c.block = b, c.packs = block_packs, c.cluster = 1;
-        return c;
-      }
-    }
-    if (clusters) {
-      for (int k : {2, 4, 8, 16}) {
-        if (packs <= static_cast<int64_t>(max_block) * block_packs * k) {
-          c.tpr = max_block, c.block = max_block, c.packs = block_packs, c.cluster = k;
-          return c;
-        }
-      }
-      if (wide_packs > block_packs && packs <= static_cast<int64_t>(max_block) * wide_packs * 16) {
-        c.tpr = max_block, c.block = max_block, c.packs = wide_packs, c.cluster = 16;
-        return c;
-      }
-    }
-  }
-  c.loop_tpr = cols <= 2048 ? 32 : 512;
-  return c;
-}
-
-// Whether choose_tile can return this tile for an op (so only those are compiled).
-template <int kTPR, int kBlock, int kPacks, int kCluster>
-constexpr bool tile_possible(int block_packs, int max_block, int wide_packs) {
-  if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks == 1 || (kTPR == 32 && kPacks <= block_packs);
-  if (kTPR != kBlock || kBlock > max_block) return false;
-  if (kCluster == 1) return kPacks == block_packs;
-  if (kBlock != max_block) return false;
-  return kPacks == block_packs || (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs);
-}
-
-// Every tile choose_tile may return, as X(tpr, block, packs, cluster).
-#define JN_FOR_EACH_TILE(X)                                                                            \
-  X(1, 128, 1, 1) X(2, 128, 1, 1) X(4, 128, 1, 1) X(8, 128, 1, 1) X(16, 128, 1, 1) X(32, 128, 1, 1)  \
-  X(32, 128, 2, 1) X(32, 128, 4, 1)                                                                    \
-  X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                                \
-  X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                                \
-  X(256, 256, 2, 2) X(256, 256, 2, 4) X(256, 256, 2, 8) X(256, 256, 2, 16)                             \
-  X(256, 256, 4, 2) X(256, 256, 4, 4) X(256, 256, 4, 8) X(256, 256, 4, 16)                             \
-  X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
-  X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
-  X(512, 512, 8, 16)
-
 // Picks the kernel for a row width from the op's register budget.
 template <class Op>
 TileChoice choose_tile_for(int64_t cols, bool vectorizable, bool clusters) {
-  return choose_tile(cols, kVecOf<typename Op::Type>, vectorizable, clusters, Op::kBlockPacks, Op::kMaxBlock,
-                     Op::kWidePacks);
+  return choose_tile(cols, kVecOf<typename Op::Type>, vectorizable, clusters, Op::kBudget);
 }
 
 // Calls runner.template tile<tpr, block, packs, cluster>() for the chosen tile, or
@@ -336,7 +263,7 @@ TileChoice choose_tile_for(int64_t cols, bool vectorizable, bool clusters) {
 template <class Op, class Runner>
 ffi::Error run_choice(const TileChoice& c, Runner& runner) {
 #define JN_TILE_CASE(a, b, p, k)                                                                     \
-  if constexpr (tile_possible<a, b, p, k>(Op::kBlockPacks, Op::kMaxBlock, Op::kWidePacks)) {         \
+  if constexpr (tile_possible<a, b, p, k>(Op::kBudget)) {         \
     if (c.loop_tpr == 0 && c.tpr == a && c.block == b && c.packs == p && c.cluster == k) \
       return runner.template tile<a, b, p, k>();                                          \
   }

@@ -28,9 +28,7 @@ struct SoftmaxFwdOp {
   using Type = T;
   using Stats = MaxSum;
   using Merge = MaxSumMerge;
-  static constexpr int kBlockPacks = 4;
-  static constexpr int kMaxBlock = 512;
-  static constexpr int kWidePacks = 8;
+  static constexpr TileBudget kBudget = kForwardBudget;
 
   const T* x;
   const bool* mask;  // nullptr when absent
@@ -89,9 +87,7 @@ template <class T>
 struct SoftmaxBwdOp {
   using Type = T;
   static constexpr bool kColumnSums = false;
-  static constexpr int kBlockPacks = 4;
-  static constexpr int kMaxBlock = 256;  // ~100-125 registers a thread: keep 2 CTAs per SM
-  static constexpr int kWidePacks = 8;
+  static constexpr TileBudget kBudget = kSoftmaxBackwardBudget;
 
   const T* y;
   const T* dy;

@@ -1,0 +1,96 @@
+// Choosing a row kernel by row width (plain C++, so a host test can check that every choice is
+// one of the instantiated tiles: tests/test_tile_choice.py).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace jaxnorm {
+
+
+// What an op's registers afford: packs per thread for CTA-wide and cluster tiles, threads per CTA
+// for them (so enough CTAs fit per SM), and a wider last-resort cluster tile (0 = none).
+struct TileBudget {
+  int block_packs;
+  int max_block;
+  int wide_packs;
+};
+
+// Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads.
+constexpr TileBudget kForwardBudget{4, 512, 8};
+// The norm backward holds x, dy and two column accumulators per element: 16 elements a thread,
+// and ~120 registers, so at most 256 threads per CTA.
+constexpr TileBudget norm_backward_budget(int elem_bytes) { return {elem_bytes == 4 ? 4 : 2, 256, 0}; }
+// The softmax backward holds y and dy: ~100-125 registers at 4 packs, so 256 threads per CTA.
+constexpr TileBudget kSoftmaxBackwardBudget{4, 256, 8};
+
+struct TileChoice {
+  int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
+  int loop_tpr = 0;                                // a loop kernel when loop_tpr > 0
+};
+
+inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clusters, TileBudget budget) {
+  const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
+  TileChoice c;
+  const int64_t packs = vectorizable ? cols / vec : 0;
+  if (vectorizable && packs >= 1) {
+    if (packs <= 32) {
+      int tpr = 1;
+      while (tpr < packs) tpr *= 2;
+      c.tpr = tpr, c.block = 128, c.packs = 1, c.cluster = 1;
+      return c;
+    }
+    for (int p = 2; p <= block_packs && p <= 4; p *= 2) {
+      if (packs <= 32 * p) {
+        c.tpr = 32, c.block = 128, c.packs = p, c.cluster = 1;
+        return c;
+      }
+    }
+    for (int b = 128; b <= max_block; b *= 2) {
+      if (packs <= static_cast<int64_t>(b) * block_packs) {
+        c.tpr = b, c.block = b, c.packs = block_packs, c.cluster = 1;
+        return c;
+      }
+    }
+    if (clusters) {
+      for (int k : {2, 4, 8, 16}) {
+        if (packs <= static_cast<int64_t>(max_block) * block_packs * k) {
+          c.tpr = max_block, c.block = max_block, c.packs = block_packs, c.cluster = k;
+          return c;
+        }
+      }
+      if (wide_packs > block_packs && packs <= static_cast<int64_t>(max_block) * wide_packs * 16) {
+        c.tpr = max_block, c.block = max_block, c.packs = wide_packs, c.cluster = 16;
+        return c;
+      }
+    }
+  }
+  c.loop_tpr = cols <= 2048 ? 32 : 512;
+  return c;
+}
+
+// Whether choose_tile can return this tile for an op (so only those are compiled).
+template <int kTPR, int kBlock, int kPacks, int kCluster>
+constexpr bool tile_possible(TileBudget budget) {
+  const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
+  if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks == 1 || (kTPR == 32 && kPacks <= block_packs);
+  if (kTPR != kBlock || kBlock > max_block) return false;
+  if (kCluster == 1) return kPacks == block_packs;
+  if (kBlock != max_block) return false;
+  return kPacks == block_packs || (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs);
+}
+
+// Every tile choose_tile may return, as X(tpr, block, packs, cluster).
+#define JN_FOR_EACH_TILE(X)                                                                            \
+  X(1, 128, 1, 1) X(2, 128, 1, 1) X(4, 128, 1, 1) X(8, 128, 1, 1) X(16, 128, 1, 1) X(32, 128, 1, 1)  \
+  X(32, 128, 2, 1) X(32, 128, 4, 1)                                                                    \
+  X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                                \
+  X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                                \
+  X(256, 256, 2, 2) X(256, 256, 2, 4) X(256, 256, 2, 8) X(256, 256, 2, 16)                             \
+  X(256, 256, 4, 2) X(256, 256, 4, 4) X(256, 256, 4, 8) X(256, 256, 4, 16)                             \
+  X(256, 256, 8, 16)                                                                                   \
+  X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
+  X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
+  X(512, 512, 8, 16)
+
+}  // namespace jaxnorm

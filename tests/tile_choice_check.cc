@@ -1,0 +1,66 @@
+// Host check of the CUDA dispatch table: for every op budget, element size and row width, the
+// tile choose_tile returns is instantiated (listed in JN_FOR_EACH_TILE and allowed by
+// tile_possible for that budget) and holds the whole row. Built and run by test_tile_choice.py.
+#include <cstdio>
+
+#include "cuda/tile_choice.h"
+
+using namespace jaxnorm;
+
+struct Listed {
+  int tpr, block, packs, cluster;
+  bool (*possible)(TileBudget);
+};
+
+template <int a, int b, int p, int k>
+bool possible(TileBudget budget) {
+  return tile_possible<a, b, p, k>(budget);
+}
+
+#define JN_LIST(a, b, p, k) {a, b, p, k, &possible<a, b, p, k>},
+static const Listed kListed[] = {JN_FOR_EACH_TILE(JN_LIST)};
+
+int main() {
+  const struct {
+    const char* name;
+    TileBudget budget;
+    int elem_bytes;
+  } ops[] = {{"forward f32", kForwardBudget, 4},
+             {"forward 16-bit", kForwardBudget, 2},
+             {"norm backward f32", norm_backward_budget(4), 4},
+             {"norm backward 16-bit", norm_backward_budget(2), 2},
+             {"softmax backward f32", kSoftmaxBackwardBudget, 4},
+             {"softmax backward 16-bit", kSoftmaxBackwardBudget, 2}};
+  long passed = 0, failed = 0;
+  for (const auto& op : ops) {
+    const int vec = 16 / op.elem_bytes;
+    for (int clusters = 0; clusters < 2; ++clusters) {
+      for (long cols = 1; cols <= (1L << 20); cols += (cols < 4096 ? 1 : 7)) {
+        const bool vectorizable = cols % vec == 0;
+        const TileChoice c = choose_tile(cols, vec, vectorizable, clusters, op.budget);
+        bool ok;
+        if (c.loop_tpr > 0) {
+          ok = c.loop_tpr == 32 || c.loop_tpr == 512;
+        } else {
+          ok = false;
+          for (const Listed& t : kListed) {
+            if (t.tpr == c.tpr && t.block == c.block && t.packs == c.packs && t.cluster == c.cluster &&
+                t.possible(op.budget)) {
+              ok = true;
+            }
+          }
+          const long capacity = static_cast<long>(c.tpr) * c.cluster * c.packs * vec;
+          ok = ok && capacity >= cols && (clusters || c.cluster == 1);
+        }
+        if (ok) {
+          ++passed;
+        } else if (++failed <= 20) {
+          std::printf("FAIL %s cols=%ld clusters=%d -> tile (%d, %d, %d, %d) loop %d\n", op.name, cols, clusters,
+                      c.tpr, c.block, c.packs, c.cluster, c.loop_tpr);
+        }
+      }
+    }
+  }
+  std::printf("%ld passed, %ld failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
