@@ -279,7 +279,8 @@ def check_outputs(op: Op, x, params, ct, actual, expected, *, width, **kw):
     assert y.dtype == x.dtype, (y.dtype, x.dtype)
     mags = term_magnitudes(op, x, params, ct, y_ref, **kw)
     me = kw.get("memory_efficient", False)
-    assert_close(y, y_ref, tol=result_tolerance(op, "y", y.dtype, x.dtype, width), mag=mags["y"], what=f"{op} output")
+    tol = result_tolerance(op, "y", y.dtype, x.dtype, width)
+    assert_close(y, y_ref, tol=tol, mag=mags["y"], what=f"{op} output")
     inputs = (x, *params)
     for name, inp, g, g_ref in zip(("x", *op.params), inputs, grads, grads_ref):
         if inp is None:
@@ -313,3 +314,13 @@ def check_op(op: Op, rng, shape, dtype, *, param_dtype=None, names=None, axis=-1
 
 def op_params(ops=OPS):
     return pytest.mark.parametrize("op", ops, ids=str)
+
+
+def op_and_param_subsets(ops=NORMS):
+    """Parametrizes (op, names) over every subset of each op's optional parameters."""
+    combos = []
+    for op in ops:
+        for mask in range(1 << len(op.params)):
+            names = tuple(n for i, n in enumerate(op.params) if mask >> i & 1)
+            combos.append(pytest.param(op, names, id=f"{op}-{'+'.join(names) or 'none'}"))
+    return pytest.mark.parametrize("op,names", combos)

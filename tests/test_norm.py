@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxnorm import norm as norm_impl
 from cases import (
     DTYPES, F32, LAYER_NORM, NORMS, RMS_NORM, UNIT_ROUNDOFF, as_f64, assert_close,
-    check_op, make_cotangent, make_params, make_x, op_params, run_both, tolerance,
+    check_op, make_cotangent, make_params, make_x, op_and_param_subsets, op_params, run_both, tolerance,
 )
 
 ALL_DTYPES = pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -40,14 +40,7 @@ def test_saved_residuals(op, dtype, memory_efficient, rng):
         assert res["mean"].shape == (6,)
 
 
-def _subsets(op):
-    return [names for names in [(), ("scale",), ("bias",), ("scale", "bias")] if set(names) <= set(op.params)]
-
-
-@pytest.mark.parametrize(
-    "op,names",
-    [pytest.param(op, names, id=f"{op}-{'+'.join(names) or 'none'}") for op in NORMS for names in _subsets(op)],
-)
+@op_and_param_subsets()
 @ALL_DTYPES
 def test_memory_efficient_matches_reference(op, names, dtype, rng):
     # bounded_scale: x_hat = (y - bias) / scale amplifies y's rounding by 1/|scale|.
@@ -80,7 +73,8 @@ def test_constant_rows_layer_norm(dtype, rng):
     x = jnp.asarray(np.broadcast_to(c, (rows, width)), dtype)
     params = make_params(LAYER_NORM, rng, (width,), dtype)
     ct = make_cotangent(rng, x)
-    (y, (dx, dscale, dbias)), (_, (dx_ref, _, dbias_ref)) = run_both(LAYER_NORM, x, params, ct, epsilon=eps)
+    actual, expected = run_both(LAYER_NORM, x, params, ct, epsilon=eps)
+    (y, (dx, dscale, dbias)), (_, (dx_ref, _, dbias_ref)) = actual, expected
     np.testing.assert_array_equal(as_f64(y), np.broadcast_to(as_f64(params[1]), (rows, width)))
     # x_hat is exactly 0, so nothing reaches the scale.
     np.testing.assert_array_equal(as_f64(dscale), 0.0)
