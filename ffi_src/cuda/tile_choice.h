@@ -34,19 +34,18 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
   TileChoice c;
   const int64_t packs = vectorizable ? cols / vec : 0;
   if (vectorizable && packs >= 1) {
-    if (packs <= 32) {
+    // Rows this short are latency bound: the bytes each thread has in flight per row set the
+    // speed, so every thread gets the op's full pack budget and the row the fewest lanes (or
+    // the smallest CTA) that hold it.
+    int p = 1;  // packs per thread: the budget, or the power of two that holds a shorter row
+    while (p < block_packs && p < packs) p *= 2;
+    if (packs <= 32LL * p) {
       int tpr = 1;
-      while (tpr < packs) tpr *= 2;
-      c.tpr = tpr, c.block = 128, c.packs = 1, c.cluster = 1;
+      while (static_cast<int64_t>(tpr) * p < packs) tpr *= 2;
+      c.tpr = tpr, c.block = 128, c.packs = p, c.cluster = 1;
       return c;
     }
-    for (int p = 2; p <= block_packs && p <= 4; p *= 2) {
-      if (packs <= 32 * p) {
-        c.tpr = 32, c.block = 128, c.packs = p, c.cluster = 1;
-        return c;
-      }
-    }
-    for (int b = 128; b <= max_block; b *= 2) {
+    for (int b = 64; b <= max_block; b *= 2) {
       if (packs <= static_cast<int64_t>(b) * block_packs) {
         c.tpr = b, c.block = b, c.packs = block_packs, c.cluster = 1;
         return c;
@@ -73,7 +72,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 template <int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
-  if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks == 1 || (kTPR == 32 && kPacks <= block_packs);
+  if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
   if (kTPR != kBlock || kBlock > max_block) return false;
   if (kCluster == 1) return kPacks == block_packs;
   if (kBlock != max_block) return false;
@@ -83,9 +82,10 @@ constexpr bool tile_possible(TileBudget budget) {
 // Every tile choose_tile may return, as X(tpr, block, packs, cluster).
 #define JN_FOR_EACH_TILE(X)                                                                            \
   X(1, 128, 1, 1) X(2, 128, 1, 1) X(4, 128, 1, 1) X(8, 128, 1, 1) X(16, 128, 1, 1) X(32, 128, 1, 1)  \
-  X(32, 128, 2, 1) X(32, 128, 4, 1)                                                                    \
-  X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                                \
-  X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                                \
+  X(1, 128, 2, 1) X(2, 128, 2, 1) X(4, 128, 2, 1) X(8, 128, 2, 1) X(16, 128, 2, 1) X(32, 128, 2, 1)  \
+  X(1, 128, 4, 1) X(2, 128, 4, 1) X(4, 128, 4, 1) X(8, 128, 4, 1) X(16, 128, 4, 1) X(32, 128, 4, 1)  \
+  X(64, 64, 2, 1) X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                \
+  X(64, 64, 4, 1) X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                \
   X(256, 256, 2, 2) X(256, 256, 2, 4) X(256, 256, 2, 8) X(256, 256, 2, 16)                             \
   X(256, 256, 4, 2) X(256, 256, 4, 4) X(256, 256, 4, 8) X(256, 256, 4, 16)                             \
   X(256, 256, 8, 16)                                                                                   \
