@@ -87,4 +87,11 @@ inline ffi::Error check_norm_operands(const ffi::AnyBuffer& x, const ffi::AnyBuf
   return ffi::Error::Success();
 }
 
+// Validates the optional softmax mask: absent, or a PRED buffer with one entry per element.
+inline ffi::Error check_mask(const ffi::AnyBuffer& mask, bool has_mask, const Rows& shape) {
+  if (!has_mask) return ffi::Error::Success();
+  JN_RETURN_IF_ERROR(check_dtype(mask, ffi::DataType::PRED, "mask"));
+  return check_size(mask, shape.size(), "mask");
+}
+
 }  // namespace jaxnorm

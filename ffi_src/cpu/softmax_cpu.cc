@@ -8,12 +8,6 @@
 namespace jaxnorm {
 namespace {
 
-ffi::Error check_mask(const ffi::AnyBuffer& mask, bool has_mask, const Rows& s) {
-  if (!has_mask) return ffi::Error::Success();
-  JN_RETURN_IF_ERROR(check_dtype(mask, ffi::DataType::PRED, "mask"));
-  return check_size(mask, s.size(), "mask");
-}
-
 template <class T>
 void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, bool log) {
   for (int64_t r = 0; r < s.rows; ++r) {

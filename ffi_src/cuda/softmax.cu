@@ -6,12 +6,6 @@
 namespace jaxnorm {
 namespace {
 
-ffi::Error check_mask(const ffi::AnyBuffer& mask, bool has_mask, const Rows& s) {
-  if (!has_mask) return ffi::Error::Success();
-  JN_RETURN_IF_ERROR(check_dtype(mask, ffi::DataType::PRED, "mask"));
-  return check_size(mask, s.size(), "mask");
-}
-
 ffi::Error SoftmaxFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> y,
                           bool log, bool has_mask) {
   Rows s;
