@@ -5,7 +5,6 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-import jax.numpy as jnp
 
 from jaxnorm import _checks
 from jaxnorm._ops import norm_bwd_p, norm_fwd_p
