@@ -19,12 +19,10 @@ import jax.numpy as jnp
 
 import jaxnorm
 from jaxnorm import _ffi, _timing as T, reference
+from jaxnorm._ops import TARGETS as _TARGETS
 
 # ----------------------------------------------------------------------------------------------
 # (a) environment
-
-
-_TARGETS = ("jaxnorm_norm_fwd", "jaxnorm_norm_bwd", "jaxnorm_softmax_fwd", "jaxnorm_softmax_bwd")
 
 
 def _lowered_targets(fn, *args) -> tuple[set[str], str | None]:
