@@ -9,21 +9,15 @@
 
 namespace jaxnorm {
 
-// Scale and bias of N consecutive columns (1 and 0 when absent).
+// N consecutive columns of a float32 parameter, or `absent` where there is none.
 template <int N>
-__device__ __forceinline__ void load_affine(const float* gamma, const float* beta, bool has_scale, bool has_bias,
-                                            int64_t col, float (&g)[N], float (&b)[N]) {
-  if (has_scale) {
-    load_pack<float, N>(gamma + col, g);
+__device__ __forceinline__ void load_param(const float* p, bool present, float absent, int64_t col,
+                                           float (&out)[N]) {
+  if (present) {
+    load_pack<float, N>(p + col, out);
   } else {
 #pragma unroll
-    for (int i = 0; i < N; ++i) g[i] = 1.f;
-  }
-  if (has_bias) {
-    load_pack<float, N>(beta + col, b);
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) b[i] = 0.f;
+    for (int i = 0; i < N; ++i) out[i] = absent;
   }
 }
 
@@ -45,6 +39,12 @@ struct NormFwdOp {
   bool centered, has_scale, has_bias;
 
   __device__ static Stats identity() { return welford_identity(); }
+
+  __device__ const T* input() const { return x; }
+  template <int N>
+  __device__ void prepare(int64_t, int64_t, float (&)[N]) const {}
+  template <int N>
+  __device__ void restate(float (&)[N], Stats) const {}
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
@@ -92,7 +92,7 @@ struct NormFwdOp {
     float mean, rstd;
   };
 
-  __device__ Row finalize(Stats s, int64_t row, bool writer) const {
+  __device__ Row finalize(Stats s, Stats, int64_t row, bool writer) const {
     const Row r{centered ? s.mean : 0.f, norm_rstd(s.m2 / s.count, eps)};
     if (writer) {
       mean_out[row] = r.mean;
@@ -104,7 +104,8 @@ struct NormFwdOp {
   template <int N>
   __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r) const {
     float g[N], b[N], out[N];
-    load_affine<N>(gamma, beta, has_scale, has_bias, col, g, b);
+    load_param<N>(gamma, has_scale, 1.f, col, g);
+    load_param<N>(beta, has_bias, 0.f, col, b);
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, g[i], b[i]);
     store_pack<T, N>(y + row * cols + col, out);
@@ -142,37 +143,48 @@ struct NormBwdOp {
     return {f.centered && !f.memory_efficient ? mean[row] : 0.f, rstd[row]};
   }
 
+  __device__ const T* a_input() const { return xin; }
+  __device__ const T* d_input() const { return dy; }
+
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
     load_pack<T, N>(xin + row * cols + col, a);
     load_pack<T, N>(dy + row * cols + col, d);
   }
 
+  // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
   template <int N>
-  __device__ void terms(RowIn in, int64_t, int64_t col, const float (&a)[N], const float (&d)[N], Sum2& s) const {
-    float g[N], b[N];
-    load_affine<N>(gamma, beta, f.has_scale, f.has_bias, col, g, b);
+  __device__ void terms(RowIn in, int64_t, int64_t col, float (&a)[N], const float (&d)[N], Sum2& s) const {
+    float g[N];
+    load_param<N>(gamma, f.has_scale, 1.f, col, g);
+    if (f.memory_efficient) {
+      float b[N];
+      load_param<N>(beta, f.has_bias, 0.f, col, b);
+#pragma unroll
+      for (int i = 0; i < N; ++i) a[i] = norm_xhat(a[i], in.mean, in.rstd, g[i], b[i], eps, f);
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) a[i] = norm_xhat(a[i], in.mean, in.rstd, 1.f, 0.f, eps, f);  // x path: no scale, bias
+    }
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      const float xhat = norm_xhat(a[i], in.mean, in.rstd, g[i], b[i], eps, f);
       const float gd = d[i] * g[i];
       s.a += gd;
-      s.b += gd * xhat;
+      s.b += gd * a[i];
     }
   }
 
   __device__ Row finalize(RowIn in, Sum2 s) const { return {in.rstd, s.a * inv_cols, s.b * inv_cols, in}; }
 
   template <int N>
-  __device__ void emit(int64_t row, int64_t col, const float (&a)[N], const float (&d)[N], Row r, float (&dg)[N],
+  __device__ void emit(int64_t row, int64_t col, const float (&xhat)[N], const float (&d)[N], Row r, float (&dg)[N],
                        float (&db)[N]) const {
-    float g[N], b[N], out[N];
-    load_affine<N>(gamma, beta, f.has_scale, f.has_bias, col, g, b);
+    float g[N], out[N];
+    load_param<N>(gamma, f.has_scale, 1.f, col, g);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      const float xhat = norm_xhat(a[i], r.in.mean, r.in.rstd, g[i], b[i], eps, f);
-      out[i] = norm_dx(d[i] * g[i], xhat, r.rstd, r.c1, r.c2, f.centered);
-      dg[i] += d[i] * xhat;
+      out[i] = norm_dx(d[i] * g[i], xhat[i], r.rstd, r.c1, r.c2, f.centered);
+      dg[i] += d[i] * xhat[i];
       db[i] += d[i];
     }
     store_pack<T, N>(dx + row * cols + col, out);

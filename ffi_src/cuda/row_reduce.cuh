@@ -32,18 +32,34 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
   return v;
 }
 
-// Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel.
+// Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel. Two
+// copies, used by alternate rows, so one barrier per row suffices: a thread rewrites a copy only
+// two rows later, after every thread has passed the barrier of the row in between, which each
+// reaches only after reading that copy.
 template <class S, int kWarps>
 struct RowReduceSmem {
-  S warp[kWarps > 0 ? kWarps : 1];
-  S cta;
+  S warp[2][kWarps > 0 ? kWarps : 1];
+  S cta[2];
+};
+
+// Split cluster barrier. The arrive releases this CTA's shared-memory writes to the cluster; the
+// wait acquires the others'. Work placed between them (the next row's loads) is not ordered by
+// the barrier, so those loads stay in flight while the cluster synchronizes.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+struct NoHook {
+  __device__ void operator()() const {}
 };
 
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else the whole CTA) and,
 // when kCluster > 1, over the kCluster CTAs of the cluster. Every thread of the CTA (and cluster)
-// must call it: it contains barriers.
-template <int kThreads, int kCluster, class S, class Merge, int kWarps>
-__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem) {
+// must call it, with the row's parity (0, 1, 0, ...): it contains barriers. `in_barrier` runs
+// between the cluster barrier's arrive and wait (clusters only). A kernel using clusters must
+// end with cluster_exit_sync().
+template <int kThreads, int kCluster, class S, class Merge, int kWarps, class Hook = NoHook>
+__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int parity,
+                                           Hook in_barrier = {}) {
   if constexpr (kThreads <= 32) {
     v = group_allreduce<kThreads>(v, merge);
   } else {
@@ -52,20 +68,29 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     constexpr int W = kThreads / 32;
     static_assert(W <= kWarps && (W & (W - 1)) == 0, "warps per row must be a power of two");
     v = group_allreduce<32>(v, merge);
-    if (threadIdx.x % 32 == 0) smem.warp[threadIdx.x / 32] = v;
+    if (threadIdx.x % 32 == 0) smem.warp[parity][threadIdx.x / 32] = v;
     __syncthreads();
-    v = group_allreduce<W>(smem.warp[threadIdx.x % W], merge);
-    __syncthreads();  // the slots are rewritten by the next row
+    v = group_allreduce<W>(smem.warp[parity][threadIdx.x % W], merge);
   }
   if constexpr (kCluster > 1) {
     // The same across the cluster's CTAs: one distributed-shared-memory read per thread.
     cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) smem.cta = v;
-    cluster.sync();
-    v = group_allreduce<kCluster>(*cluster.map_shared_rank(&smem.cta, threadIdx.x % kCluster), merge);
-    cluster.sync();  // no CTA may overwrite its slot (or exit) while others still read it
+    if (threadIdx.x == 0) smem.cta[parity] = v;
+    cluster_arrive();
+    in_barrier();
+    cluster_wait();
+    v = group_allreduce<kCluster>(*cluster.map_shared_rank(&smem.cta[parity], threadIdx.x % kCluster), merge);
   }
   return v;
+}
+
+// No CTA may exit while the others of its cluster may still read its shared memory.
+template <int kCluster>
+__device__ __forceinline__ void cluster_exit_sync() {
+  if constexpr (kCluster > 1) {
+    cluster_arrive();
+    cluster_wait();
+  }
 }
 
 }  // namespace jaxnorm

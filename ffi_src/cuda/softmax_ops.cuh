@@ -38,9 +38,11 @@ struct SoftmaxFwdOp {
 
   __device__ static Stats identity() { return maxsum_identity(); }
 
+  __device__ const T* input() const { return x; }
+
+  // Masked positions become -inf: they add nothing to the statistics.
   template <int N>
-  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
-    load_pack<T, N>(x + row * cols + col, v);
+  __device__ void prepare(int64_t row, int64_t col, float (&v)[N]) const {
     if (mask != nullptr) {
       float keep[N];
       load_keep<N>(mask, row * cols + col, keep);
@@ -49,11 +51,20 @@ struct SoftmaxFwdOp {
     }
   }
 
+  template <int N>
+  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
+    load_pack<T, N>(x + row * cols + col, v);
+    prepare(row, col, v);
+  }
+
   __device__ void push(Stats& s, float v) const { maxsum_push(s, v); }
 
-  // Max first, then one exp per element, from registers.
+  // exp(v - m) relative to the thread's own max m; softmax keeps it in place of v, so each
+  // element takes one exp: the output is that value times exp(m - row max) / sum.
+  __device__ static float exp_from(float v, float m) { return m == -INFINITY ? 0.f : expf(v - m); }
+
   template <int P, int N>
-  __device__ Stats thread_stats(const float (&v)[P][N], const bool (&ok)[P]) const {
+  __device__ Stats thread_stats(float (&v)[P][N], const bool (&ok)[P]) const {
     float m = -INFINITY;
 #pragma unroll
     for (int p = 0; p < P; ++p)
@@ -61,24 +72,49 @@ struct SoftmaxFwdOp {
 #pragma unroll
         for (int i = 0; i < N; ++i) m = nan_max(m, v[p][i]);
     float sum = 0.f;
-    if (m != -INFINITY) {
 #pragma unroll
-      for (int p = 0; p < P; ++p)
-        if (ok[p])
+    for (int p = 0; p < P; ++p)
+      if (ok[p])
 #pragma unroll
-          for (int i = 0; i < N; ++i) sum += expf(v[p][i] - m);
-    }
+        for (int i = 0; i < N; ++i) {
+          const float e = exp_from(v[p][i], m);
+          sum += e;
+          if (!log) v[p][i] = e;
+        }
     return {m, sum};
   }
 
-  __device__ SoftmaxRow finalize(Stats s, int64_t, bool) const { return softmax_row(s.max, s.sum, log); }
+  // The loop kernel re-reads x: the same form, relative to the row's max.
+  template <int N>
+  __device__ void restate(float (&v)[N], Stats row) const {
+    if (!log)
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = exp_from(v[i], row.max);
+  }
+
+  struct Row {
+    SoftmaxRow row;
+    float scale;  // softmax: exp(thread max - row max) / sum
+  };
+
+  // An all -inf row gives exp(-inf - -inf) = NaN, as jax.nn.softmax does.
+  __device__ Row finalize(Stats s, Stats mine, int64_t, bool) const {
+    const SoftmaxRow r = softmax_row(s.max, s.sum, log);
+    return {r, log ? 0.f : expf(mine.max - s.max) * r.k};
+  }
 
   template <int N>
-  __device__ void store(int64_t row, int64_t col, const float (&v)[N], SoftmaxRow r) const {
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r) const {
     float keep[N], out[N];
     load_keep<N>(mask, row * cols + col, keep);
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = softmax_apply(v[i], keep[i] != 0.f, r, log);
+    for (int i = 0; i < N; ++i) {
+      if (log) {
+        out[i] = softmax_apply(v[i], keep[i] != 0.f, r.row, true);
+      } else {
+        out[i] = keep[i] != 0.f ? v[i] * r.scale : 0.f;
+      }
+    }
     store_pack<T, N>(y + row * cols + col, out);
   }
 };
@@ -99,6 +135,9 @@ struct SoftmaxBwdOp {
   struct RowIn {};
   __device__ RowIn row_in(int64_t, bool) const { return {}; }
 
+  __device__ const T* a_input() const { return y; }
+  __device__ const T* d_input() const { return dy; }
+
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
     load_pack<T, N>(y + row * cols + col, a);
@@ -106,7 +145,7 @@ struct SoftmaxBwdOp {
   }
 
   template <int N>
-  __device__ void terms(RowIn, int64_t row, int64_t col, const float (&a)[N], const float (&d)[N], Sum2& s) const {
+  __device__ void terms(RowIn, int64_t row, int64_t col, float (&a)[N], const float (&d)[N], Sum2& s) const {
     float keep[N];
     load_keep<N>(mask, row * cols + col, keep);
 #pragma unroll
