@@ -52,22 +52,6 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
   *reinterpret_cast<Pack<T, N>*>(p) = pk;
 }
 
-// A 16-byte pack kept as stored (not yet converted), so a prefetched row costs 4 registers per
-// pack whatever the element type.
-template <class T>
-using RawPack = Pack<T, kVecOf<T>>;
-
-template <class T>
-__device__ __forceinline__ void load_raw(const T* p, RawPack<T>& out) {
-  out = *reinterpret_cast<const RawPack<T>*>(p);
-}
-
-template <class T, int N>
-__device__ __forceinline__ void unpack(const Pack<T, N>& pk, float (&out)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = to_float(pk.v[i]);
-}
-
 template <int N>
 __device__ __forceinline__ void load_mask(const bool* p, bool (&out)[N]) {
   const Pack<bool, N> pk = *reinterpret_cast<const Pack<bool, N>*>(p);

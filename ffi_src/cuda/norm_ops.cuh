@@ -40,9 +40,6 @@ struct NormFwdOp {
 
   __device__ static Stats identity() { return welford_identity(); }
 
-  __device__ const T* input() const { return x; }
-  template <int N>
-  __device__ void prepare(int64_t, int64_t, float (&)[N]) const {}
   template <int N>
   __device__ void restate(float (&)[N], Stats) const {}
 
@@ -142,9 +139,6 @@ struct NormBwdOp {
     if (!ok) return {0.f, 0.f};
     return {f.centered && !f.memory_efficient ? mean[row] : 0.f, rstd[row]};
   }
-
-  __device__ const T* a_input() const { return xin; }
-  __device__ const T* d_input() const { return dy; }
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {

@@ -42,24 +42,12 @@ struct RowReduceSmem {
   S cta[2];
 };
 
-// Split cluster barrier. The arrive releases this CTA's shared-memory writes to the cluster; the
-// wait acquires the others'. Work placed between them (the next row's loads) is not ordered by
-// the barrier, so those loads stay in flight while the cluster synchronizes.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-
-struct NoHook {
-  __device__ void operator()() const {}
-};
-
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else the whole CTA) and,
 // when kCluster > 1, over the kCluster CTAs of the cluster. Every thread of the CTA (and cluster)
-// must call it, with the row's parity (0, 1, 0, ...): it contains barriers. `in_barrier` runs
-// between the cluster barrier's arrive and wait (clusters only). A kernel using clusters must
-// end with cluster_exit_sync().
-template <int kThreads, int kCluster, class S, class Merge, int kWarps, class Hook = NoHook>
-__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int parity,
-                                           Hook in_barrier = {}) {
+// must call it, with the row's parity (0, 1, 0, ...): it contains barriers. A kernel using
+// clusters must end with cluster_exit_sync().
+template <int kThreads, int kCluster, class S, class Merge, int kWarps>
+__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int parity) {
   if constexpr (kThreads <= 32) {
     v = group_allreduce<kThreads>(v, merge);
   } else {
@@ -76,9 +64,7 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     // The same across the cluster's CTAs: one distributed-shared-memory read per thread.
     cg::cluster_group cluster = cg::this_cluster();
     if (threadIdx.x == 0) smem.cta[parity] = v;
-    cluster_arrive();
-    in_barrier();
-    cluster_wait();
+    cluster.sync();
     v = group_allreduce<kCluster>(*cluster.map_shared_rank(&smem.cta[parity], threadIdx.x % kCluster), merge);
   }
   return v;
@@ -87,10 +73,7 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
 // No CTA may exit while the others of its cluster may still read its shared memory.
 template <int kCluster>
 __device__ __forceinline__ void cluster_exit_sync() {
-  if constexpr (kCluster > 1) {
-    cluster_arrive();
-    cluster_wait();
-  }
+  if constexpr (kCluster > 1) cg::this_cluster().sync();
 }
 
 }  // namespace jaxnorm

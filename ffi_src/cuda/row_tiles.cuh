@@ -45,36 +45,14 @@ __device__ __forceinline__ int64_t pack_col(int p, int t) {
   return (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
 }
 
-// This thread's packs of `row` as stored (those inside the matrix; the rest are left untouched).
-template <int kTPR, int kCluster, class T, int kPacks>
-__device__ __forceinline__ void load_slice(const T* base, int64_t row, int64_t rows, int64_t cols, int t,
-                                           RawPack<T> (&out)[kPacks]) {
-  if (row >= rows) return;
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int64_t col = pack_col<kTPR, kCluster, kVecOf<T>>(p, t);
-    if (col < cols) load_raw(base + row * cols + col, out[p]);
-  }
-}
-
-// A tile kernel holds the next row's packs, as stored, while it reduces and writes the current
-// row, so a worker always has loads in flight. Wider tiles have no registers to spare for it.
-#ifndef JAXNORM_PREFETCH
-#define JAXNORM_PREFETCH 1
-#endif
-template <int kPacks>
-constexpr bool prefetches() {
-  return JAXNORM_PREFETCH && kPacks <= 4;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Forward: statistics of x, then y from registers.
-// Without prefetching, CTAs of 512 threads must fit twice per SM (64 registers a thread), so one
-// CTA's loads overlap the other's reduction; a prefetching CTA overlaps them itself and needs the
-// registers (up to 128) for the next row.
+// CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
+// the other's reduction. (Holding the next row's packs in registers instead, one CTA per SM,
+// measured slower: 1dc6ced in results/NOTES.md.) The widest tiles need 128 registers.
 template <int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
-  return kBlock >= 512 && kPacks <= 4 && !prefetches<kPacks>() ? 2 : 1;
+  return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
 }
 
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
@@ -87,12 +65,8 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
-  const T* x = op.input();
-  int64_t base = (blockIdx.x / kCluster) * kRowsPerCta;
-  constexpr bool kPrefetch = prefetches<kPacks>();
-  RawPack<T> cur[kPacks], nxt[kPacks];
-  if constexpr (kPrefetch) load_slice<kTPR, kCluster>(x, base + slot, rows, cols, t, cur);
-  for (int parity = 0; base < rows; base += stride, parity ^= 1) {
+  int parity = 0;
+  for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, parity ^= 1) {
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
     float v[kPacks][V];
@@ -101,26 +75,14 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
-      if (ok[p]) {
-        if constexpr (!kPrefetch) load_raw(x + row * cols + col, cur[p]);
-        unpack(cur[p], v[p]);
-        op.prepare(row, col, v[p]);
-      }
+      if (ok[p]) op.load(row, col, v[p]);
     }
-    auto prefetch = [&] {
-      if constexpr (kPrefetch) load_slice<kTPR, kCluster>(x, row + stride, rows, cols, t, nxt);
-    };
-    if constexpr (kCluster == 1) prefetch();
     const Stats mine = op.thread_stats(v, ok);
-    const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity, prefetch);
+    const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity);
     const auto r = op.finalize(s, mine, row, row_ok && t == 0);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (ok[p]) op.store(row, pack_col<kTPR, kCluster, V>(p, t), v[p], r);
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) cur[p] = nxt[p];
-    }
   }
   cluster_exit_sync<kCluster>();
 }
@@ -162,21 +124,14 @@ __global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, i
 // Backward: one pass over (a, dy) [a = x, or y when the op recovers from the output], row sums,
 // dx from registers; column sums (scale/bias gradients) accumulate in registers across the rows
 // of a worker and are written once per worker to workspace[group][worker] (no atomics).
-// The backward holds two tensors: it prefetches when a thread's share is at most 16 elements.
-template <class T, int kPacks>
-constexpr bool bwd_prefetches() {
-  return prefetches<kPacks>() && kPacks * kVecOf<T> <= 16;
-}
-
-// A prefetching backward is held to 128 registers a thread, so 512 threads fit per SM whatever
-// the CTA size; otherwise the compiler takes what it needs (~100-125 registers).
-template <class T, int kBlock, int kPacks>
+// At most 128 registers a thread for CTAs up to 256 threads, so 512 threads fit per SM.
+template <int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
 
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-__global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<typename Op::Type, kBlock, kPacks>())
+__global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
   constexpr int V = kVecOf<T>;
@@ -187,70 +142,35 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<typename Op::Type,
   const int64_t workers = gridDim.x / kCluster;
   const int64_t worker = blockIdx.x / kCluster;
   const int64_t stride = workers * kRowsPerCta;
-  // Rows of this block's group: the matrix seen by load_slice starts at the group's first row.
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
-  const T* a_in = op.a_input() + group_row0 * cols;
-  const T* d_in = op.d_input() + group_row0 * cols;
   float dg[kPacks][V], db[kPacks][V];
 #pragma unroll
   for (int p = 0; p < kPacks; ++p)
 #pragma unroll
     for (int i = 0; i < V; ++i) dg[p][i] = db[p][i] = 0.f;
 
-  constexpr bool kPrefetch = bwd_prefetches<T, kPacks>();
-  int64_t base = worker * kRowsPerCta;
-  RawPack<T> a_cur[kPacks], d_cur[kPacks], a_nxt[kPacks], d_nxt[kPacks];
-  auto in = op.row_in(group_row0 + base + slot, base + slot < rows_per_group);
-  decltype(in) in_nxt{};
-  if constexpr (kPrefetch) {
-    load_slice<kTPR, kCluster>(a_in, base + slot, rows_per_group, cols, t, a_cur);
-    load_slice<kTPR, kCluster>(d_in, base + slot, rows_per_group, cols, t, d_cur);
-  }
-  for (int parity = 0; base < rows_per_group; base += stride, parity ^= 1) {
-    const int64_t local = base + slot;
-    const int64_t row = group_row0 + local;
-    const bool row_ok = local < rows_per_group;
-    if constexpr (!kPrefetch) in = op.row_in(row, row_ok);
+  int parity = 0;
+  for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, parity ^= 1) {
+    const int64_t row = group_row0 + base + slot;
+    const bool row_ok = base + slot < rows_per_group;
     float a[kPacks][V], d[kPacks][V];
     bool ok[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
-      if (ok[p]) {
-        if constexpr (!kPrefetch) {
-          load_raw(a_in + local * cols + col, a_cur[p]);
-          load_raw(d_in + local * cols + col, d_cur[p]);
-        }
-        unpack(a_cur[p], a[p]);
-        unpack(d_cur[p], d[p]);
-      }
+      if (ok[p]) op.load(row, col, a[p], d[p]);
     }
-    auto prefetch = [&] {
-      if constexpr (kPrefetch) {
-        load_slice<kTPR, kCluster>(a_in, local + stride, rows_per_group, cols, t, a_nxt);
-        load_slice<kTPR, kCluster>(d_in, local + stride, rows_per_group, cols, t, d_nxt);
-        in_nxt = op.row_in(row + stride, local + stride < rows_per_group);
-      }
-    };
-    if constexpr (kCluster == 1) prefetch();
+    const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (ok[p]) op.terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a[p], d[p], s);
-    s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, parity, prefetch);
+    s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, parity);
     const auto r = op.finalize(in, s);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (ok[p]) op.emit(row, pack_col<kTPR, kCluster, V>(p, t), a[p], d[p], r, dg[p], db[p]);
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        a_cur[p] = a_nxt[p];
-        d_cur[p] = d_nxt[p];
-      }
-      in = in_nxt;
-    }
   }
   cluster_exit_sync<kCluster>();
 

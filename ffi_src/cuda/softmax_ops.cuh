@@ -38,23 +38,16 @@ struct SoftmaxFwdOp {
 
   __device__ static Stats identity() { return maxsum_identity(); }
 
-  __device__ const T* input() const { return x; }
-
   // Masked positions become -inf: they add nothing to the statistics.
   template <int N>
-  __device__ void prepare(int64_t row, int64_t col, float (&v)[N]) const {
+  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
+    load_pack<T, N>(x + row * cols + col, v);
     if (mask != nullptr) {
       float keep[N];
       load_keep<N>(mask, row * cols + col, keep);
 #pragma unroll
       for (int i = 0; i < N; ++i) v[i] = keep[i] != 0.f ? v[i] : -INFINITY;
     }
-  }
-
-  template <int N>
-  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
-    load_pack<T, N>(x + row * cols + col, v);
-    prepare(row, col, v);
   }
 
   __device__ void push(Stats& s, float v) const { maxsum_push(s, v); }
@@ -135,8 +128,6 @@ struct SoftmaxBwdOp {
   struct RowIn {};
   __device__ RowIn row_in(int64_t, bool) const { return {}; }
 
-  __device__ const T* a_input() const { return y; }
-  __device__ const T* d_input() const { return dy; }
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
