@@ -47,7 +47,7 @@ struct FwdRunner {
 
 // Backward over `groups` independent groups of rows; for ops with column sums (the norms'
 // scale/bias gradients) each worker writes one partial row of the workspace (groups, ws_rows,
-// 2, cols), then reduce_partials_kernel sums them in worker order.
+// 2, cols), then reduce_partials_kernel sums them in a fixed order.
 template <class Op>
 struct BwdRunner {
   Op op;
@@ -93,7 +93,8 @@ struct BwdRunner {
 
   ffi::Error reduce_columns(int64_t workers) {
     if constexpr (Op::kColumnSums) {
-      return launch(reduce_partials_kernel, dim3(ceil_div(cols, 256), groups), dim3(256), 1, stream, what,
+      return launch(reduce_partials_kernel, dim3(ceil_div(cols, 32), groups), dim3(32 * kPartialSlices), 1, stream,
+                    what,
                     static_cast<const float*>(workspace), ws_rows, workers, cols, dscale, dbias);
     }
     return ffi::Error::Success();

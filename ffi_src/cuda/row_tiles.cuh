@@ -266,7 +266,8 @@ __global__ void __launch_bounds__(256) column_sums_kernel(Op op, int64_t rows_pe
   out[cols + col] = sb;
 }
 
-// dscale[g, c] / dbias[g, c] = sum over the workers' partials, in worker order.
+// dscale[g, c] / dbias[g, c] = sum over the workers' partials, in a fixed order.
+constexpr int kPartialSlices = 16;
 __global__ void reduce_partials_kernel(const float* workspace, int64_t ws_rows, int64_t workers, int64_t cols,
                                        float* dscale, float* dbias);
 

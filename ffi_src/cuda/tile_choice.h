@@ -18,16 +18,12 @@ struct TileBudget {
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads.
 constexpr TileBudget kForwardBudget{4, 512, 8};
-#ifndef JAXNORM_BWD_BLOCK
-#define JAXNORM_BWD_BLOCK 512
-#endif
-// The norm backward holds x, dy and two column accumulators per element: 16 elements a thread,
-// and ~120 registers.
-constexpr TileBudget norm_backward_budget(int elem_bytes) {
-  return {elem_bytes == 4 ? 4 : 2, JAXNORM_BWD_BLOCK, 0};
-}
-// The softmax backward holds y and dy: ~100-125 registers at 4 packs.
-constexpr TileBudget kSoftmaxBackwardBudget{4, JAXNORM_BWD_BLOCK, 8};
+// The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
+// and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
+// with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md).
+constexpr TileBudget norm_backward_budget(int elem_bytes) { return {elem_bytes == 4 ? 4 : 2, 512, 0}; }
+// The softmax backward holds y and dy: ~110-116 registers at 4 packs.
+constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8};
 
 struct TileChoice {
   int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
