@@ -33,6 +33,29 @@ int occupancy(K kernel, int threads, size_t dyn_smem = 0) {
   return blocks > 0 ? blocks : 1;
 }
 
+// A launch configuration of clusters of `cluster` CTAs along x; `attr` holds its one attribute.
+inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, cudaStream_t stream,
+                                         cudaLaunchAttribute* attr) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = cluster;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Clusters of more than 8 CTAs must be allowed per kernel (Hopper's non-portable sizes).
+template <class K>
+cudaError_t allow_cluster(K kernel, int cluster) {
+  return cluster > 8 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) : cudaSuccess;
+}
+
 // Launches kernel<<<grid, block, 0, stream>>>(args...) as clusters of `cluster` CTAs along x.
 template <class K, class... Args>
 ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t stream, const char* what,
@@ -42,23 +65,11 @@ ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t str
     kernel<<<grid, block, 0, stream>>>(args...);
     return last_launch_error(what);
   }
-  if (cluster > 8) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (e != cudaSuccess) return cuda_error(e, what);
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+  cudaError_t e = allow_cluster(kernel, cluster);
+  if (e != cudaSuccess) return cuda_error(e, what);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(grid, block, cluster, stream, &attr);
+  e = cudaLaunchKernelEx(&cfg, kernel, args...);
   if (e != cudaSuccess) return cuda_error(e, what);
   return last_launch_error(what);
 }
@@ -67,20 +78,12 @@ ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t str
 // cluster cannot be scheduled at all (then the caller takes another path).
 template <class K>
 int max_active_clusters(K kernel, int threads, int cluster) {
-  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+  if (allow_cluster(kernel, cluster) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(cluster, 1, 1);
-  cfg.blockDim = dim3(threads, 1, 1);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster), dim3(threads), cluster, nullptr, &attr);
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();

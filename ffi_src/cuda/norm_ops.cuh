@@ -149,17 +149,11 @@ struct NormBwdOp {
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
   template <int N>
   __device__ void terms(RowIn in, int64_t, int64_t col, float (&a)[N], const float (&d)[N], Sum2& s) const {
-    float g[N];
+    float g[N], b[N];
     load_param<N>(gamma, f.has_scale, 1.f, col, g);
-    if (f.memory_efficient) {
-      float b[N];
-      load_param<N>(beta, f.has_bias, 0.f, col, b);
+    load_param<N>(beta, f.has_bias && f.memory_efficient, 0.f, col, b);  // only recovery from y uses the bias
 #pragma unroll
-      for (int i = 0; i < N; ++i) a[i] = norm_xhat(a[i], in.mean, in.rstd, g[i], b[i], eps, f);
-    } else {
-#pragma unroll
-      for (int i = 0; i < N; ++i) a[i] = norm_xhat(a[i], in.mean, in.rstd, 1.f, 0.f, eps, f);  // x path: no scale, bias
-    }
+    for (int i = 0; i < N; ++i) a[i] = norm_xhat(a[i], in.mean, in.rstd, g[i], b[i], eps, f);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       const float gd = d[i] * g[i];
