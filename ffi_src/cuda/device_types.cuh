@@ -1,6 +1,8 @@
 // Device storage types, float conversions and 16-byte packs.
 #pragma once
 
+#include <cstdint>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -57,6 +59,24 @@ __device__ __forceinline__ void load_mask(const bool* p, bool (&out)[N]) {
   const Pack<bool, N> pk = *reinterpret_cast<const Pack<bool, N>*>(p);
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = pk.v[i];
+}
+
+// Part `part` of `parts` of rows [row0, row0 + nrows) of a row-major (rows, cols) array, fetched
+// into L2 by the bulk-copy engine while the caller works on other rows: no registers and no wait,
+// so the next row's DRAM reads overlap this row's reduction and stores (Hopper). Only whole
+// 16-byte units inside the range are requested, so any alignment is safe.
+template <class T>
+__device__ __forceinline__ void prefetch_l2_rows(const T* base, int64_t row0, int64_t nrows, int64_t cols, int part,
+                                                 int parts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (base == nullptr || nrows <= 0) return;
+  const int64_t total = nrows * cols * static_cast<int64_t>(sizeof(T));
+  const int64_t chunk = (total + parts - 1) / parts;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(base + row0 * cols);
+  const uintptr_t lo = (start + min(total, part * chunk) + 15) & ~uintptr_t{15};
+  const uintptr_t hi = (start + min(total, (part + 1) * chunk)) & ~uintptr_t{15};
+  if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(static_cast<uint32_t>(hi - lo)));
+#endif
 }
 
 }  // namespace jaxnorm

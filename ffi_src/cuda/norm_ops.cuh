@@ -40,6 +40,10 @@ struct NormFwdOp {
 
   __device__ static Stats identity() { return welford_identity(); }
 
+  __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
+    prefetch_l2_rows(x, row0, nrows, cols, part, parts);
+  }
+
   template <int N>
   __device__ void restate(float (&)[N], Stats) const {}
 
@@ -134,6 +138,11 @@ struct NormBwdOp {
     float rstd, c1, c2;
     RowIn in;
   };
+
+  __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
+    prefetch_l2_rows(xin, row0, nrows, cols, part, parts);
+    prefetch_l2_rows(dy, row0, nrows, cols, part, parts);
+  }
 
   __device__ RowIn row_in(int64_t row, bool ok) const {
     if (!ok) return {0.f, 0.f};

@@ -42,7 +42,7 @@ struct RowReduceSmem {
   S cta[2];
 };
 
-// All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else the whole CTA) and,
+// All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else whole warps) and,
 // when kCluster > 1, over the kCluster CTAs of the cluster. Every thread of the CTA (and cluster)
 // must call it, with the row's parity (0, 1, 0, ...): it contains barriers. A kernel using
 // clusters must end with cluster_exit_sync().
@@ -58,7 +58,8 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     v = group_allreduce<32>(v, merge);
     if (threadIdx.x % 32 == 0) smem.warp[parity][threadIdx.x / 32] = v;
     __syncthreads();
-    v = group_allreduce<W>(smem.warp[parity][threadIdx.x % W], merge);
+    const int first = (threadIdx.x / kThreads) * W;  // the row's first warp (rows may share a CTA)
+    v = group_allreduce<W>(smem.warp[parity][first + threadIdx.x % W], merge);
   }
   if constexpr (kCluster > 1) {
     // The same across the cluster's CTAs: one distributed-shared-memory read per thread.

@@ -34,6 +34,25 @@ struct Sum2Merge {
 
 __device__ __forceinline__ int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Whether tile kernels ask L2 for a worker's next rows while it works on the current ones (an
+// experiment knob while measured: -DJAXNORM_L2_PREFETCH=1).
+#ifndef JAXNORM_L2_PREFETCH
+#define JAXNORM_L2_PREFETCH 0
+#endif
+constexpr bool kPrefetchL2 = JAXNORM_L2_PREFETCH != 0;
+
+// One thread of each CTA requests the CTA's share of the worker's next rows [next, next + n):
+// the whole span for a CTA-wide tile, 1/kCluster of the row for a cluster tile.
+template <int kRowsPerCta, int kCluster, class Op>
+__device__ __forceinline__ void prefetch_next_rows(const Op& op, int64_t next, int64_t end) {
+  if constexpr (kPrefetchL2) {
+    if (threadIdx.x == 0 && next < end) {
+      const int part = kCluster > 1 ? static_cast<int>(blockIdx.x % kCluster) : 0;
+      op.prefetch(next, min(static_cast<int64_t>(kRowsPerCta), end - next), part, kCluster);
+    }
+  }
+}
+
 template <int kTPR, int kBlock>
 constexpr int warps_for_reduce() {
   return kTPR > 32 ? kBlock / 32 : 0;
@@ -50,8 +69,12 @@ __device__ __forceinline__ int64_t pack_col(int p, int t) {
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
 // the other's reduction. (Holding the next row's packs in registers instead, one CTA per SM,
 // measured slower: 1dc6ced in results/NOTES.md.) The widest tiles need 128 registers.
+#ifndef JAXNORM_FWD_MIN_RESIDENT
+#define JAXNORM_FWD_MIN_RESIDENT 0
+#endif
 template <int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
+  if constexpr (JAXNORM_FWD_MIN_RESIDENT > 0) return kPacks <= 4 && kBlock < JAXNORM_FWD_MIN_RESIDENT ? JAXNORM_FWD_MIN_RESIDENT / kBlock : 1;
   return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
 }
 
@@ -77,6 +100,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       ok[p] = row_ok && col < cols;
       if (ok[p]) op.load(row, col, v[p]);
     }
+    prefetch_next_rows<kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = op.thread_stats(v, ok);
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity);
     const auto r = op.finalize(s, mine, row, row_ok && t == 0);
@@ -161,6 +185,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
       ok[p] = row_ok && col < cols;
       if (ok[p]) op.load(row, col, a[p], d[p]);
     }
+    prefetch_next_rows<kRowsPerCta, kCluster>(op, group_row0 + base + stride, group_row0 + rows_per_group);
     const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};
 #pragma unroll

@@ -38,6 +38,11 @@ struct SoftmaxFwdOp {
 
   __device__ static Stats identity() { return maxsum_identity(); }
 
+  __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
+    prefetch_l2_rows(x, row0, nrows, cols, part, parts);
+    prefetch_l2_rows(mask, row0, nrows, cols, part, parts);
+  }
+
   // Masked positions become -inf: they add nothing to the statistics.
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
@@ -127,6 +132,12 @@ struct SoftmaxBwdOp {
 
   struct RowIn {};
   __device__ RowIn row_in(int64_t, bool) const { return {}; }
+
+  __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
+    prefetch_l2_rows(y, row0, nrows, cols, part, parts);
+    prefetch_l2_rows(dy, row0, nrows, cols, part, parts);
+    prefetch_l2_rows(mask, row0, nrows, cols, part, parts);
+  }
 
 
   template <int N>

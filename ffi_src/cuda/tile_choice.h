@@ -9,21 +9,26 @@ namespace jaxnorm {
 
 
 // What an op's registers afford: packs per thread for CTA-wide and cluster tiles, threads per CTA
-// for them (so enough CTAs fit per SM), and a wider last-resort cluster tile (0 = none).
+// for them (so enough CTAs fit per SM), a wider last-resort cluster tile (0 = none), and the
+// smallest CTA for rows of more than 32 threads (a narrower row shares the CTA with others).
 struct TileBudget {
   int block_packs;
   int max_block;
   int wide_packs;
+  int min_block;
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads.
-constexpr TileBudget kForwardBudget{4, 512, 8};
+constexpr TileBudget kForwardBudget{4, 512, 8, 64};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
-// with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md).
-constexpr TileBudget norm_backward_budget(int elem_bytes) { return {elem_bytes == 4 ? 4 : 2, 512, 0}; }
+// with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
+// writes one partial row of the scale/bias gradients and the workspace caps the CTAs, so rows of
+// 64 or 128 threads share 256-thread CTAs: one 64-thread CTA a row left 1024-column rows with 512
+// CTAs, 12% occupancy (results/h100.md).
+constexpr TileBudget norm_backward_budget(int elem_bytes) { return {elem_bytes == 4 ? 4 : 2, 512, 0, 256}; }
 // The softmax backward holds y and dy: ~110-116 registers at 4 packs.
-constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8};
+constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64};
 
 struct TileChoice {
   int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
@@ -48,7 +53,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
     }
     for (int b = 64; b <= max_block; b *= 2) {
       if (packs <= static_cast<int64_t>(b) * block_packs) {
-        c.tpr = b, c.block = b, c.packs = block_packs, c.cluster = 1;
+        c.tpr = b, c.block = b < budget.min_block ? budget.min_block : b, c.packs = block_packs, c.cluster = 1;
         return c;
       }
     }
@@ -74,9 +79,9 @@ template <int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
-  if (kTPR != kBlock || kBlock > max_block) return false;
-  if (kCluster == 1) return kPacks == block_packs;
-  if (kBlock != max_block) return false;
+  if (kTPR <= 32 || kBlock > max_block) return false;
+  if (kCluster == 1) return kPacks == block_packs && kBlock == (kTPR < budget.min_block ? budget.min_block : kTPR);
+  if (kTPR != kBlock || kBlock != max_block) return false;
   return kPacks == block_packs || (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs);
 }
 
@@ -87,6 +92,7 @@ constexpr bool tile_possible(TileBudget budget) {
   X(1, 128, 4, 1) X(2, 128, 4, 1) X(4, 128, 4, 1) X(8, 128, 4, 1) X(16, 128, 4, 1) X(32, 128, 4, 1)  \
   X(64, 64, 2, 1) X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                \
   X(64, 64, 4, 1) X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                \
+  X(64, 256, 2, 1) X(128, 256, 2, 1) X(64, 256, 4, 1) X(128, 256, 4, 1)                                \
   X(256, 256, 2, 2) X(256, 256, 2, 4) X(256, 256, 2, 8) X(256, 256, 2, 16)                             \
   X(256, 256, 4, 2) X(256, 256, 4, 4) X(256, 256, 4, 8) X(256, 256, 4, 16)                             \
   X(256, 256, 8, 16)                                                                                   \
