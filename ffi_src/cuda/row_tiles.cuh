@@ -34,23 +34,37 @@ struct Sum2Merge {
 
 __device__ __forceinline__ int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Whether tile kernels ask L2 for a worker's next rows while it works on the current ones (an
-// experiment knob while measured: -DJAXNORM_L2_PREFETCH=1).
+// L2 prefetch of a worker's next rows while it works on the current ones (the op's budget says
+// from which row span on; results/NOTES.md v6). Knobs for A/B runs: -DJAXNORM_L2_PREFETCH=0 turns
+// it off, -DJAXNORM_PREFETCH_AHEAD=k fetches k rows ahead.
 #ifndef JAXNORM_L2_PREFETCH
-#define JAXNORM_L2_PREFETCH 0
+#define JAXNORM_L2_PREFETCH 1
 #endif
-constexpr bool kPrefetchL2 = JAXNORM_L2_PREFETCH != 0;
+#ifndef JAXNORM_PREFETCH_AHEAD
+#define JAXNORM_PREFETCH_AHEAD 1
+#endif
+template <class Op, int kTPR, int kCluster>
+constexpr bool prefetches() {
+  return JAXNORM_L2_PREFETCH != 0 && kTPR * kCluster >= Op::kBudget.prefetch_threads;
+}
 
-// One thread of each CTA requests the CTA's share of the worker's next rows [next, next + n):
+// One thread of each CTA requests the CTA's share of rows [row, row + kRowsPerCta) of the worker:
 // the whole span for a CTA-wide tile, 1/kCluster of the row for a cluster tile.
-template <int kRowsPerCta, int kCluster, class Op>
-__device__ __forceinline__ void prefetch_next_rows(const Op& op, int64_t next, int64_t end) {
-  if constexpr (kPrefetchL2) {
-    if (threadIdx.x == 0 && next < end) {
+template <int kTPR, int kRowsPerCta, int kCluster, class Op>
+__device__ __forceinline__ void prefetch_rows(const Op& op, int64_t row, int64_t end) {
+  if constexpr (prefetches<Op, kTPR, kCluster>()) {
+    if (threadIdx.x == 0 && row < end) {
       const int part = kCluster > 1 ? static_cast<int>(blockIdx.x % kCluster) : 0;
-      op.prefetch(next, min(static_cast<int64_t>(kRowsPerCta), end - next), part, kCluster);
+      op.prefetch(row, min(static_cast<int64_t>(kRowsPerCta), end - row), part, kCluster);
     }
   }
+}
+
+// Before a worker's first row: the rows between it and the first one the loop prefetches.
+template <int kTPR, int kRowsPerCta, int kCluster, class Op>
+__device__ __forceinline__ void prefetch_lead_in(const Op& op, int64_t first, int64_t stride, int64_t end) {
+#pragma unroll
+  for (int k = 1; k < JAXNORM_PREFETCH_AHEAD; ++k) prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, first + k * stride, end);
 }
 
 template <int kTPR, int kBlock>
@@ -88,6 +102,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
+  prefetch_lead_in<kTPR, kRowsPerCta, kCluster>(op, (blockIdx.x / kCluster) * kRowsPerCta, stride, rows);
   int parity = 0;
   for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, parity ^= 1) {
     const int64_t row = base + slot;
@@ -100,7 +115,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       ok[p] = row_ok && col < cols;
       if (ok[p]) op.load(row, col, v[p]);
     }
-    prefetch_next_rows<kRowsPerCta, kCluster>(op, base + stride, rows);
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + JAXNORM_PREFETCH_AHEAD * stride, rows);
     const Stats mine = op.thread_stats(v, ok);
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity);
     const auto r = op.finalize(s, mine, row, row_ok && t == 0);
@@ -173,6 +188,8 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
 #pragma unroll
     for (int i = 0; i < V; ++i) dg[p][i] = db[p][i] = 0.f;
 
+  prefetch_lead_in<kTPR, kRowsPerCta, kCluster>(op, group_row0 + worker * kRowsPerCta, stride,
+                                                group_row0 + rows_per_group);
   int parity = 0;
   for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, parity ^= 1) {
     const int64_t row = group_row0 + base + slot;
@@ -185,7 +202,8 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
       ok[p] = row_ok && col < cols;
       if (ok[p]) op.load(row, col, a[p], d[p]);
     }
-    prefetch_next_rows<kRowsPerCta, kCluster>(op, group_row0 + base + stride, group_row0 + rows_per_group);
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + JAXNORM_PREFETCH_AHEAD * stride,
+                                               group_row0 + rows_per_group);
     const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};
 #pragma unroll

@@ -10,25 +10,30 @@ namespace jaxnorm {
 
 // What an op's registers afford: packs per thread for CTA-wide and cluster tiles, threads per CTA
 // for them (so enough CTAs fit per SM), a wider last-resort cluster tile (0 = none), and the
-// smallest CTA for rows of more than 32 threads (a narrower row shares the CTA with others).
+// smallest CTA for rows of more than 32 threads (a narrower row shares the CTA with others), and
+// the row span (threads, across a cluster) from which a worker's next rows are prefetched into L2.
 struct TileBudget {
   int block_packs;
   int max_block;
   int wide_packs;
   int min_block;
+  int prefetch_threads;
 };
 
-// Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads.
-constexpr TileBudget kForwardBudget{4, 512, 8, 64};
+// Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
+// prefetch paid from 512-thread rows on (bf16 LayerNorm 65536: 61 -> 75% of copy) and cost up to
+// 11 points on softmax rows of one warp (results/NOTES.md v6).
+constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
 // with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
 // writes one partial row of the scale/bias gradients and the workspace caps the CTAs, so rows of
 // 64 or 128 threads share 256-thread CTAs: one 64-thread CTA a row left 1024-column rows with 512
 // CTAs, 12% occupancy (results/h100.md).
-constexpr TileBudget norm_backward_budget(int elem_bytes) { return {elem_bytes == 4 ? 4 : 2, 512, 0, 256}; }
+// It reads two arrays at 25% occupancy, and the L2 prefetch paid at every width measured.
+constexpr TileBudget norm_backward_budget(int elem_bytes) { return {elem_bytes == 4 ? 4 : 2, 512, 0, 256, 1}; }
 // The softmax backward holds y and dy: ~110-116 registers at 4 packs.
-constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64};
+constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512};
 
 struct TileChoice {
   int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
