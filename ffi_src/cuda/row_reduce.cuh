@@ -10,6 +10,14 @@ namespace jaxnorm {
 
 namespace cg = cooperative_groups;
 
+constexpr int kMaxCluster = 16;
+
+// Knob for A/B runs: -DJAXNORM_CLUSTER_PUSH=1 has each CTA write its value into every cluster
+// CTA's shared memory before the barrier, so the reads after it are local.
+#ifndef JAXNORM_CLUSTER_PUSH
+#define JAXNORM_CLUSTER_PUSH 0
+#endif
+
 template <class S>
 __device__ __forceinline__ S shfl_xor_struct(S v, int mask, int width) {
   static_assert(sizeof(S) % 4 == 0, "statistics must be made of 32-bit words");
@@ -39,7 +47,7 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
 template <class S, int kWarps>
 struct RowReduceSmem {
   S warp[2][kWarps > 0 ? kWarps : 1];
-  S cta[2];
+  S cta[2][kMaxCluster];  // cta[parity][r]: the value of cluster CTA r
 };
 
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else whole warps) and,
@@ -63,10 +71,19 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
   }
   if constexpr (kCluster > 1) {
     // The same across the cluster's CTAs: one distributed-shared-memory read per thread.
+    static_assert(kCluster <= kMaxCluster, "cluster too large");
     cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) smem.cta[parity] = v;
-    cluster.sync();
-    v = group_allreduce<kCluster>(*cluster.map_shared_rank(&smem.cta[parity], threadIdx.x % kCluster), merge);
+    const unsigned rank = cluster.block_rank();
+    if constexpr (JAXNORM_CLUSTER_PUSH != 0) {
+      if (threadIdx.x < kCluster) *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
+      cluster.sync();
+      v = group_allreduce<kCluster>(smem.cta[parity][threadIdx.x % kCluster], merge);
+    } else {
+      if (threadIdx.x == 0) smem.cta[parity][rank] = v;
+      cluster.sync();
+      const int r = threadIdx.x % kCluster;
+      v = group_allreduce<kCluster>(*cluster.map_shared_rank(&smem.cta[parity][r], r), merge);
+    }
   }
   return v;
 }

@@ -35,13 +35,10 @@ struct Sum2Merge {
 __device__ __forceinline__ int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // L2 prefetch of a worker's next rows while it works on the current ones (the op's budget says
-// from which row span on; results/NOTES.md v6). Knobs for A/B runs: -DJAXNORM_L2_PREFETCH=0 turns
-// it off, -DJAXNORM_PREFETCH_AHEAD=k fetches k rows ahead.
+// from which row span on). One row ahead: two measured slower (results/NOTES.md v6). Knob for A/B
+// runs: -DJAXNORM_L2_PREFETCH=0 turns it off.
 #ifndef JAXNORM_L2_PREFETCH
 #define JAXNORM_L2_PREFETCH 1
-#endif
-#ifndef JAXNORM_PREFETCH_AHEAD
-#define JAXNORM_PREFETCH_AHEAD 1
 #endif
 template <class Op, int kTPR, int kCluster>
 constexpr bool prefetches() {
@@ -60,13 +57,6 @@ __device__ __forceinline__ void prefetch_rows(const Op& op, int64_t row, int64_t
   }
 }
 
-// Before a worker's first row: the rows between it and the first one the loop prefetches.
-template <int kTPR, int kRowsPerCta, int kCluster, class Op>
-__device__ __forceinline__ void prefetch_lead_in(const Op& op, int64_t first, int64_t stride, int64_t end) {
-#pragma unroll
-  for (int k = 1; k < JAXNORM_PREFETCH_AHEAD; ++k) prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, first + k * stride, end);
-}
-
 template <int kTPR, int kBlock>
 constexpr int warps_for_reduce() {
   return kTPR > 32 ? kBlock / 32 : 0;
@@ -83,12 +73,8 @@ __device__ __forceinline__ int64_t pack_col(int p, int t) {
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
 // the other's reduction. (Holding the next row's packs in registers instead, one CTA per SM,
 // measured slower: 1dc6ced in results/NOTES.md.) The widest tiles need 128 registers.
-#ifndef JAXNORM_FWD_MIN_RESIDENT
-#define JAXNORM_FWD_MIN_RESIDENT 0
-#endif
 template <int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
-  if constexpr (JAXNORM_FWD_MIN_RESIDENT > 0) return kPacks <= 4 && kBlock < JAXNORM_FWD_MIN_RESIDENT ? JAXNORM_FWD_MIN_RESIDENT / kBlock : 1;
   return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
 }
 
@@ -102,7 +88,6 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
-  prefetch_lead_in<kTPR, kRowsPerCta, kCluster>(op, (blockIdx.x / kCluster) * kRowsPerCta, stride, rows);
   int parity = 0;
   for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, parity ^= 1) {
     const int64_t row = base + slot;
@@ -115,7 +100,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       ok[p] = row_ok && col < cols;
       if (ok[p]) op.load(row, col, v[p]);
     }
-    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + JAXNORM_PREFETCH_AHEAD * stride, rows);
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = op.thread_stats(v, ok);
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity);
     const auto r = op.finalize(s, mine, row, row_ok && t == 0);
@@ -188,8 +173,6 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
 #pragma unroll
     for (int i = 0; i < V; ++i) dg[p][i] = db[p][i] = 0.f;
 
-  prefetch_lead_in<kTPR, kRowsPerCta, kCluster>(op, group_row0 + worker * kRowsPerCta, stride,
-                                                group_row0 + rows_per_group);
   int parity = 0;
   for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, parity ^= 1) {
     const int64_t row = group_row0 + base + slot;
@@ -202,7 +185,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
       ok[p] = row_ok && col < cols;
       if (ok[p]) op.load(row, col, a[p], d[p]);
     }
-    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + JAXNORM_PREFETCH_AHEAD * stride,
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + stride,
                                                group_row0 + rows_per_group);
     const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};
