@@ -54,41 +54,6 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
   *reinterpret_cast<Pack<T, N>*>(p) = pk;
 }
 
-// Row data (x, y, dy, dx) is touched once. Knob for A/B runs: -DJAXNORM_STREAM_ROWS=1 gives its
-// 16-byte accesses evict-first cache hints, so they do not displace parameters or prefetched rows.
-#ifndef JAXNORM_STREAM_ROWS
-#define JAXNORM_STREAM_ROWS 0
-#endif
-template <class T, int N>
-__device__ __forceinline__ void load_row(const T* p, float (&out)[N]) {
-  if constexpr (JAXNORM_STREAM_ROWS != 0 && sizeof(Pack<T, N>) == 16) {
-    union {
-      uint4 u;
-      Pack<T, N> pk;
-    } w;
-    w.u = __ldcs(reinterpret_cast<const uint4*>(p));
-#pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = to_float(w.pk.v[i]);
-  } else {
-    load_pack<T, N>(p, out);
-  }
-}
-
-template <class T, int N>
-__device__ __forceinline__ void store_row(T* p, const float (&in)[N]) {
-  if constexpr (JAXNORM_STREAM_ROWS != 0 && sizeof(Pack<T, N>) == 16) {
-    union {
-      uint4 u;
-      Pack<T, N> pk;
-    } w;
-#pragma unroll
-    for (int i = 0; i < N; ++i) w.pk.v[i] = from_float<T>(in[i]);
-    __stcs(reinterpret_cast<uint4*>(p), w.u);
-  } else {
-    store_pack<T, N>(p, in);
-  }
-}
-
 template <int N>
 __device__ __forceinline__ void load_mask(const bool* p, bool (&out)[N]) {
   const Pack<bool, N> pk = *reinterpret_cast<const Pack<bool, N>*>(p);

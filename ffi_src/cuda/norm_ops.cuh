@@ -49,7 +49,7 @@ struct NormFwdOp {
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
-    load_row<T, N>(x + row * cols + col, v);
+    load_pack<T, N>(x + row * cols + col, v);
   }
 
   __device__ void push(Stats& s, float v) const {
@@ -109,7 +109,7 @@ struct NormFwdOp {
     load_param<N>(beta, has_bias, 0.f, col, b);
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, g[i], b[i]);
-    store_row<T, N>(y + row * cols + col, out);
+    store_pack<T, N>(y + row * cols + col, out);
   }
 };
 
@@ -151,8 +151,8 @@ struct NormBwdOp {
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
-    load_row<T, N>(xin + row * cols + col, a);
-    load_row<T, N>(dy + row * cols + col, d);
+    load_pack<T, N>(xin + row * cols + col, a);
+    load_pack<T, N>(dy + row * cols + col, d);
   }
 
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
@@ -184,7 +184,7 @@ struct NormBwdOp {
       dg[i] += d[i] * xhat[i];
       db[i] += d[i];
     }
-    store_row<T, N>(dx + row * cols + col, out);
+    store_pack<T, N>(dx + row * cols + col, out);
   }
 
   // One element's contribution to the scale and bias gradients (fallback column kernel).

@@ -46,7 +46,7 @@ struct SoftmaxFwdOp {
   // Masked positions become -inf: they add nothing to the statistics.
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
-    load_row<T, N>(x + row * cols + col, v);
+    load_pack<T, N>(x + row * cols + col, v);
     if (mask != nullptr) {
       float keep[N];
       load_keep<N>(mask, row * cols + col, keep);
@@ -113,7 +113,7 @@ struct SoftmaxFwdOp {
         out[i] = keep[i] != 0.f ? v[i] * r.scale : 0.f;
       }
     }
-    store_row<T, N>(y + row * cols + col, out);
+    store_pack<T, N>(y + row * cols + col, out);
   }
 };
 
@@ -142,8 +142,8 @@ struct SoftmaxBwdOp {
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
-    load_row<T, N>(y + row * cols + col, a);
-    load_row<T, N>(dy + row * cols + col, d);
+    load_pack<T, N>(y + row * cols + col, a);
+    load_pack<T, N>(dy + row * cols + col, d);
   }
 
   template <int N>
@@ -163,7 +163,7 @@ struct SoftmaxBwdOp {
     load_keep<N>(mask, row * cols + col, keep);
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = softmax_bwd_apply(a[i], d[i], keep[i] != 0.f, s, log);
-    store_row<T, N>(dx + row * cols + col, out);
+    store_pack<T, N>(dx + row * cols + col, out);
   }
 
   __device__ void column_terms(RowIn, int64_t, int64_t, float&, float&) const {}
