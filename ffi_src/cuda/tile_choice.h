@@ -30,8 +30,12 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
 // writes one partial row of the scale/bias gradients and the workspace caps the CTAs, so rows of
 // 64 or 128 threads share 256-thread CTAs: one 64-thread CTA a row left 1024-column rows with 512
 // CTAs, 12% occupancy (results/h100.md).
-// It reads two arrays at 25% occupancy, and the L2 prefetch paid at every width measured.
-constexpr TileBudget norm_backward_budget(int elem_bytes) { return {elem_bytes == 4 ? 4 : 2, 512, 0, 256, 1}; }
+// It reads two arrays at 25% occupancy. The L2 prefetch paid at every 16-bit width (bf16 LayerNorm
+// fwd+bwd at 4096: 89 -> 94% of copy, at 256: 90 -> 98%); float32 tiles, with twice the bytes in
+// flight per thread, lost 4-14 points with it below 512-thread rows (results/NOTES.md v6).
+constexpr TileBudget norm_backward_budget(int elem_bytes) {
+  return {elem_bytes == 4 ? 4 : 2, 512, 0, 256, elem_bytes == 4 ? 512 : 1};
+}
 // The softmax backward holds y and dy: ~110-116 registers at 4 packs.
 constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512};
 
