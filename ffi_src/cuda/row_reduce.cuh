@@ -35,9 +35,10 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
 }
 
 // Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel. Two
-// copies, used by alternate rows, so one barrier per row suffices: a thread rewrites a copy only
-// two rows later, after every thread has passed the barrier of the row in between, which each
-// reaches only after reading that copy.
+// copies, used by alternate rows, so one barrier per row suffices: a copy is rewritten (by a
+// thread of this CTA, or by a cluster peer's push) only two rows later, after every thread of
+// the CTA (cluster) has passed the barrier of the row in between, which each reaches only after
+// reading that copy.
 template <class S, int kWarps>
 struct RowReduceSmem {
   S warp[2][kWarps > 0 ? kWarps : 1];
