@@ -32,6 +32,7 @@ from jax.interpreters import batching, mlir
 from jax.core import ShapedArray
 
 from jaxnorm import _ffi
+from jaxnorm._vma import result_aval
 
 NOT_MAPPED = None  # how batching rules mark an operand without a batch axis
 
@@ -59,7 +60,7 @@ def _result_avals(op: RowOp, avals, params):
             shape = (params["groups"], cols)
         else:
             raise AssertionError(role)
-        out.append(ShapedArray(shape, dt))
+        out.append(result_aval(avals, shape, dt))
     return out
 
 

@@ -9,6 +9,7 @@ import jax
 from jaxnorm import _checks
 from jaxnorm._ops import norm_bwd_p, norm_fwd_p
 from jaxnorm._primitive import empty_placeholder
+from jaxnorm._vma import vary_together
 
 
 def layer_norm(x, scale=None, bias=None, *, axis=-1, epsilon=1e-6, memory_efficient=False):
@@ -70,6 +71,7 @@ def _normalize(x, scale, bias, axis, epsilon, memory_efficient, *, centered, fn)
     eps = _static_epsilon(epsilon, fn)
     if rows == 0:
         return x
+    x, scale, bias = vary_together(x, scale, bias)
     y = _norm(x.reshape(rows, cols), scale, bias, eps, centered, bool(memory_efficient))
     return y.reshape(x.shape)
 

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jaxnorm import _checks
 from jaxnorm._ops import softmax_bwd_p, softmax_fwd_p
 from jaxnorm._primitive import empty_placeholder
+from jaxnorm._vma import vary_together
 
 
 def softmax(x, axis=-1, where=None):
@@ -64,6 +65,7 @@ def _softmax(x, axis, where, *, log, fn):
         x = jnp.transpose(x, perm)
         mask = None if mask is None else jnp.transpose(mask, perm)
     rows, cols = _checks.rows_cols(x.shape, len(axes))
+    x, mask = vary_together(x, mask)
     y = _softmax_core(x.reshape(rows, cols), None if mask is None else mask.reshape(rows, cols), log)
     y = y.reshape(x.shape)
     return jnp.transpose(y, np.argsort(perm)) if moved else y

@@ -1,8 +1,8 @@
 """jaxnorm under sharding, on 4 forced host devices (a subprocess, so it runs on any machine):
-jit over a sharded input, and shard_map over the batch axis with gradients.
-
-The primitives do not yet propagate shard_map's varying-manual-axes types, so shard_map needs
-check_vma=False (README, Limitations); this test pins that the results are then correct."""
+jit over a sharded input, and shard_map over the batch axis with gradients, with shard_map's
+varying-axes type checks on (the default) and off. With them on, the replicated scale/bias are
+cast to varying before the op, so their gradients are summed over the batch shards, and a
+result that varies cannot be returned as replicated."""
 
 import os
 import subprocess
@@ -38,16 +38,38 @@ SCRIPT = textwrap.dedent(
         (jaxnorm.softmax, reference.softmax, ()),
         (jaxnorm.log_softmax, reference.log_softmax, ()),
     ]
-    for op, ref, params in cases:
-        f = jax.shard_map(lambda x, *p, op=op: op(x, *p), mesh=mesh,
-                          in_specs=(P("b"),) + (P(),) * len(params), out_specs=P("b"), check_vma=False)
-        close(jax.jit(f)(x, *params), ref(x, *params), op.__name__)
-        argnums = tuple(range(1 + len(params)))
-        loss = lambda g: (lambda x, *p: jnp.sum(jnp.sin(g(x, *p))))
-        grads = jax.jit(jax.grad(loss(f), argnums))(x, *params)
-        grads_ref = jax.grad(loss(ref), argnums)(x, *params)
-        for i, (a, e) in enumerate(zip(grads, grads_ref)):
-            close(a, e, f"{op.__name__} grad {i}")
+    for check_vma in (True, False):
+        for op, ref, params in cases:
+            what = f"{op.__name__} check_vma={check_vma}"
+            f = jax.shard_map(lambda x, *p, op=op: op(x, *p), mesh=mesh,
+                              in_specs=(P("b"),) + (P(),) * len(params), out_specs=P("b"), check_vma=check_vma)
+            close(jax.jit(f)(x, *params), ref(x, *params), what)
+            argnums = tuple(range(1 + len(params)))
+            loss = lambda g: (lambda x, *p: jnp.sum(jnp.sin(g(x, *p))))
+            grads = jax.jit(jax.grad(loss(f), argnums))(x, *params)
+            grads_ref = jax.grad(loss(ref), argnums)(x, *params)
+            for i, (a, e) in enumerate(zip(grads, grads_ref)):
+                close(a, e, f"{what} grad {i}")
+
+    # A sharded mask, and the memory-efficient LayerNorm, with the type checks on.
+    m = jnp.asarray(rng.uniform(size=x.shape) < 0.7)
+    f = jax.shard_map(lambda x, m: jaxnorm.softmax(x, where=m), mesh=mesh, in_specs=(P("b"), P("b")), out_specs=P("b"))
+    close(jax.jit(f)(x, m), reference.softmax(x, where=m), "masked softmax")
+    g = jax.grad(lambda x, s, b: jnp.sum(jnp.sin(jax.shard_map(
+        lambda x, s, b: jaxnorm.layer_norm(x, s, b, memory_efficient=True), mesh=mesh,
+        in_specs=(P("b"), P(), P()), out_specs=P("b"))(x, s, b))), (0, 1, 2))
+    g_ref = jax.grad(lambda x, s, b: jnp.sum(jnp.sin(reference.layer_norm(x, s, b))), (0, 1, 2))
+    for i, (a, e) in enumerate(zip(jax.jit(g)(x, s, b), g_ref(x, s, b))):
+        close(a, e, f"memory-efficient layer_norm grad {i}")
+
+    # A result that varies over "b" cannot claim to be replicated.
+    bad = jax.shard_map(lambda x: jaxnorm.rms_norm(x), mesh=mesh, in_specs=P("b"), out_specs=P())
+    try:
+        jax.jit(bad)(x)
+    except Exception as e:
+        assert "vary" in str(e).lower() or "out_specs" in str(e), e
+    else:
+        raise AssertionError("a varying result was accepted as replicated")
     print("sharding ok")
     """
 )
