@@ -130,3 +130,11 @@ def test_nonfinite_rows(op, dtype, rng):
     tol = 4 * float(jnp.finfo(dtype).eps) + 64 * 2.0**-24
     a, e = actual[finite], expected[finite]
     np.testing.assert_allclose(a, e, rtol=tol, atol=tol * np.abs(e).max())
+
+
+# Rows enough for several work chunks (the CPU handlers split rows into ~64K-element chunks on
+# the thread pool and add the norms' gradient sums chunk by chunk; the GPU runs its usual tiles).
+@op_params()
+@pytest.mark.parametrize("shape", [(4096, 33), (3, 700, 129)], ids=["4096x33", "3x700x129"])
+def test_many_row_chunks(op, shape, rng):
+    check_op(op, rng, shape, F32)

@@ -52,6 +52,19 @@ def test_vmap_matches_loop(op, dtype, rng):
     assert_trees_close(batched, looped, dtype)
 
 
+@op_params()
+def test_vmap_matches_loop_many_row_chunks(op, rng):
+    """Per-example gradients when each example's rows span several CPU work chunks (the norms'
+    scale/bias sums are added chunk by chunk within each vmapped group)."""
+    xs = make_x(op, rng, (BATCH, 1100, 129), F32)
+    cts = make_cotangent(rng, xs)
+    params = make_params(op, rng, (129,), F32)
+    f = lambda x, ct: per_example(op, x, params, ct)  # noqa: E731
+    batched = jax.jit(jax.vmap(f))(xs, cts)
+    looped = _stack([jax.jit(f)(xs[i], cts[i]) for i in range(BATCH)])
+    assert_trees_close(batched, looped, F32, width=1100 * 129)
+
+
 @op_params(NORMS)
 def test_vmap_batched_params(op, rng):
     """Per-example scale and bias cannot share one kernel launch; the batching rule maps them."""

@@ -1,0 +1,58 @@
+// Row work spread over XLA's intra-op thread pool. The rows are cut into chunks fixed by the
+// shape alone (never by the thread count), so a result combined per chunk in chunk order is
+// bitwise the same on every machine and every run.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "common/ffi_util.h"
+
+namespace jaxnorm {
+
+// Rows per chunk: about 64K elements, so scheduling costs little against the work.
+inline int64_t chunk_rows(int64_t cols) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1)); }
+
+// Calls body(chunk, begin, end) for chunk c = [c * grain, min(n, (c + 1) * grain)) of [0, n), on
+// the pool's threads and the caller's, and returns when every chunk is done. The caller takes
+// chunks too and waits only for chunks already started, so it never waits on a pool thread that
+// has not started (a busy or absent pool just leaves the work to the caller).
+template <class Body>
+void parallel_chunks(ffi::ThreadPool& pool, int64_t n, int64_t grain, const Body& body) {
+  const int64_t chunks = (n + grain - 1) / grain;
+  const int64_t helpers = std::min<int64_t>(chunks - 1, pool.num_threads());
+  if (helpers <= 0) {
+    for (int64_t c = 0; c < chunks; ++c) body(c, c * grain, std::min(n, (c + 1) * grain));
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0}, done{0};
+    std::mutex m;
+    std::condition_variable cv;
+  };
+  // Shared with the helpers: one that starts after the caller returned finds no chunk left and
+  // touches only this state (body is then never called through its dangling references).
+  auto st = std::make_shared<State>();
+  auto run = [st, n, grain, chunks, &body]() {
+    for (int64_t c; (c = st->next.fetch_add(1)) < chunks;) {
+      body(c, c * grain, std::min(n, (c + 1) * grain));
+      if (st->done.fetch_add(1) + 1 == chunks) {
+        { std::lock_guard<std::mutex> lock(st->m); }
+        st->cv.notify_all();
+      }
+    }
+  };
+  for (int64_t h = 0; h < helpers; ++h) {
+    auto task = run;
+    pool.Schedule(std::move(task));
+  }
+  run();
+  std::unique_lock<std::mutex> lock(st->m);
+  st->cv.wait(lock, [&] { return st->done.load() == chunks; });
+}
+
+}  // namespace jaxnorm
