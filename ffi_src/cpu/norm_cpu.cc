@@ -1,13 +1,12 @@
 // LayerNorm / RMSNorm CPU handlers: chunks of rows on XLA's intra-op thread pool, two-pass
-// double-precision statistics and backward sums. Same formulas as the CUDA
-// kernels (common/norm_math.h).
+// double-precision statistics and backward sums. Same per-element formulas as the CUDA kernels
+// (common/norm_math.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/norm_math.h"
 #include "common/signatures.h"
-#include "common/stats.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
 #include "cpu/row_sum.h"

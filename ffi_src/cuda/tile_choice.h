@@ -9,9 +9,9 @@ namespace jaxnorm {
 
 
 // What an op's registers afford: packs per thread for CTA-wide and cluster tiles, threads per CTA
-// for them (so enough CTAs fit per SM), a wider last-resort cluster tile (0 = none), and the
-// smallest CTA for rows of more than 32 threads (a narrower row shares the CTA with others), and
-// the row span (threads, across a cluster) from which a worker's next rows are prefetched into L2.
+// for them (so enough CTAs fit per SM), a wider last-resort cluster tile (0 = none), the smallest
+// CTA for rows of more than 32 threads (a narrower row shares the CTA with others), and the row
+// span (threads, across a cluster) from which a worker's next rows are prefetched into L2.
 struct TileBudget {
   int block_packs;
   int max_block;
@@ -29,15 +29,18 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
 // with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
 // writes one partial row of the scale/bias gradients and the workspace caps the CTAs, so rows of
 // 64 or 128 threads share 256-thread CTAs: one 64-thread CTA a row left 1024-column rows with 512
-// CTAs, 12% occupancy (results/h100.md).
-// It reads two arrays at 25% occupancy. The L2 prefetch paid at every 16-bit width (bf16 LayerNorm
-// fwd+bwd at 4096: 89 -> 94% of copy, at 256: 90 -> 98%); float32 tiles, with twice the bytes in
-// flight per thread, lost 4-14 points with it below 512-thread rows (results/NOTES.md v6).
+// CTAs, 12% occupancy (results/h100.md). Reading two arrays at 25% occupancy, the 16-bit
+// backward gained from the L2 prefetch at every width (bf16 LayerNorm fwd+bwd at 4096: 89 -> 94%
+// of copy, at 256: 90 -> 98%); float32 tiles, with twice the bytes in flight per thread, lost
+// 4-14 points with it below 512-thread rows (results/NOTES.md v6).
 constexpr TileBudget norm_backward_budget(int elem_bytes) {
   return {elem_bytes == 4 ? 4 : 2, 512, 0, 256, elem_bytes == 4 ? 512 : 1};
 }
 // The softmax backward holds y and dy: ~110-116 registers at 4 packs.
 constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512};
+
+// Threads per CTA for a CTA-wide tile whose rows take `tpr` threads.
+constexpr int cta_threads(int tpr, TileBudget budget) { return tpr < budget.min_block ? budget.min_block : tpr; }
 
 struct TileChoice {
   int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
@@ -62,7 +65,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
     }
     for (int b = 64; b <= max_block; b *= 2) {
       if (packs <= static_cast<int64_t>(b) * block_packs) {
-        c.tpr = b, c.block = b < budget.min_block ? budget.min_block : b, c.packs = block_packs, c.cluster = 1;
+        c.tpr = b, c.block = cta_threads(b, budget), c.packs = block_packs, c.cluster = 1;
         return c;
       }
     }
@@ -89,7 +92,7 @@ constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
   if (kTPR <= 32 || kBlock > max_block) return false;
-  if (kCluster == 1) return kPacks == block_packs && kBlock == (kTPR < budget.min_block ? budget.min_block : kTPR);
+  if (kCluster == 1) return kPacks == block_packs && kBlock == cta_threads(kTPR, budget);
   if (kTPR != kBlock || kBlock != max_block) return false;
   return kPacks == block_packs || (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs);
 }
