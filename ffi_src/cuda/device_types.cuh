@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,12 +39,59 @@ struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Pack {
   T v[N];
 };
 
-// N consecutive elements starting at p (aligned to N * sizeof(T)) as floats.
 template <class T, int N>
-__device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {
-  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p);
+__device__ __forceinline__ void unpack(const Pack<T, N>& pk, float (&out)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = to_float(pk.v[i]);
+}
+
+// Element i of a row's pack, held as floats or as loaded.
+template <int N>
+__device__ __forceinline__ float element(const float (&v)[N], int i) { return v[i]; }
+template <class T, int N>
+__device__ __forceinline__ float element(const Pack<T, N>& pk, int i) { return to_float(pk.v[i]); }
+
+// N consecutive elements starting at p (aligned to N * sizeof(T)), as stored.
+template <class T, int N>
+__device__ __forceinline__ Pack<T, N> load_raw(const T* p) {
+  return *reinterpret_cast<const Pack<T, N>*>(p);
+}
+
+// The same as floats.
+template <class T, int N>
+__device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {
+  unpack(load_raw<T, N>(p), out);
+}
+
+// unpack() again, by instructions the compiler cannot match to unpack()'s: a kernel that holds a
+// 16-bit row as loaded (half the registers of floats) and converts it twice would otherwise get
+// the first floats kept live, which is what holding the pack is meant to save.
+template <class T, int N>
+__device__ __forceinline__ void unpack_again(const Pack<T, N>& pk, float (&out)[N]) {
+  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&pk);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        // A bfloat16 is the high half of its float: byte-permute each half into place.
+        uint32_t lo, hi;
+        asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w[i]));
+        asm("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi) : "r"(w[i]));
+        out[2 * i] = __uint_as_float(lo);
+        out[2 * i + 1] = __uint_as_float(hi);
+      } else {
+        uint16_t lo, hi;
+        float flo, fhi;
+        asm volatile("mov.b32 {%0, %1}, %2;" : "=h"(lo), "=h"(hi) : "r"(w[i]));
+        asm volatile("cvt.f32.f16 %0, %1;" : "=f"(flo) : "h"(lo));
+        asm volatile("cvt.f32.f16 %0, %1;" : "=f"(fhi) : "h"(hi));
+        out[2 * i] = flo;
+        out[2 * i + 1] = fhi;
+      }
+    }
+  } else {
+    unpack(pk, out);
+  }
 }
 
 template <class T, int N>

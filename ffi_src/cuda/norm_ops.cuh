@@ -27,6 +27,7 @@ struct NormFwdOp {
   using Stats = Welford;
   using Merge = WelfordMerge;
   static constexpr TileBudget kBudget = kForwardBudget;
+  static constexpr bool kCanHoldRaw = true;  // store() needs only x again
 
   const T* x;
   T* y;
@@ -47,9 +48,10 @@ struct NormFwdOp {
   template <int N>
   __device__ void restate(float (&)[N], Stats) const {}
 
+  // Element values of x's pack at (row, col), as loaded by the row kernel.
   template <int N>
-  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
-    load_pack<T, N>(x + row * cols + col, v);
+  __device__ void convert(int64_t, int64_t, const Pack<T, N>& raw, float (&v)[N]) const {
+    unpack(raw, v);
   }
 
   __device__ void push(Stats& s, float v) const {
@@ -61,32 +63,29 @@ struct NormFwdOp {
     }
   }
 
-  // The thread's (count, mean, M2) computed exactly from its register-held values (two passes
-  // over registers: no division per element, no cancellation).
-  template <int P, int N>
-  __device__ Stats thread_stats(const float (&v)[P][N], const bool (&ok)[P]) const {
-    float n = 0.f, sum = 0.f;
+  // The thread's (count, mean, M2) in one pass over its values, shifted by its first value so a
+  // large mean does not cancel (each element converted once: a held 16-bit row stays packed).
+  template <class Held, int P>
+  __device__ Stats thread_stats(const Held (&v)[P], const bool (&ok)[P]) const {
+    constexpr int N = kVecOf<T>;
+    const float shift = centered && ok[0] ? element(v[0], 0) : 0.f;
+    float n = 0.f, s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (ok[p]) {
         n += N;
 #pragma unroll
-        for (int i = 0; i < N; ++i) sum += v[p][i];
-      }
-    }
-    const float mean = (centered && n > 0.f) ? sum / n : 0.f;
-    float m2 = 0.f;
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      if (ok[p]) {
-#pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float d = v[p][i] - mean;
-          m2 += d * d;
+          const float d = element(v[p], i) - shift;
+          s1 += d;
+          s2 += d * d;
         }
       }
     }
-    return {n, mean, m2};
+    if (!centered || n == 0.f) return {n, 0.f, s2};
+    const float mean_d = s1 / n;
+    const float m2 = s2 - s1 * mean_d;
+    return {n, shift + mean_d, m2 < 0.f ? 0.f : m2};  // rounding can leave m2 just below 0; NaN stays
   }
 
   struct Row {

@@ -9,13 +9,17 @@
 
 namespace jaxnorm {
 
-// Workers of `kernel` resident at once on the current device (0: a cluster shape that cannot be
-// scheduled, so the caller must use another kernel).
+// Workers of `kernel` resident at once on the current device (0: a shape that cannot be
+// scheduled, so the caller must use another kernel). Allows the kernel its dynamic shared memory.
 template <class K>
-int resident_workers(K kernel, int threads, int cluster) {
+int resident_workers(K kernel, int threads, int cluster, size_t smem = 0) {
   const DeviceFacts& d = device_facts();
-  if (cluster > 1) return d.clusters ? max_active_clusters(kernel, threads, cluster) : 0;
-  return d.sms * occupancy(kernel, threads);
+  if (allow_smem(kernel, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (cluster > 1) return d.clusters ? max_active_clusters(kernel, threads, cluster, smem) : 0;
+  return d.sms * occupancy(kernel, threads, smem);
 }
 
 inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -30,10 +34,12 @@ struct FwdRunner {
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
     auto kernel = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    static const int resident = resident_workers(kernel, kBlock, kCluster);
+    constexpr size_t smem = fwd_stage_bytes<typename Op::Type, kBlock, kPacks>();
+    static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();
     const int64_t workers = std::min<int64_t>(ceil_div(rows, kBlock / kTPR), resident);
-    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
+    return launch_smem(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, smem, stream, what, op, rows,
+                       cols);
   }
 
   template <int kTPR, int kBlock>

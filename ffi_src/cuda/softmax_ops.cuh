@@ -29,6 +29,7 @@ struct SoftmaxFwdOp {
   using Stats = MaxSum;
   using Merge = MaxSumMerge;
   static constexpr TileBudget kBudget = kForwardBudget;
+  static constexpr bool kCanHoldRaw = false;  // thread_stats() leaves each exp for store()
 
   const T* x;
   const bool* mask;  // nullptr when absent
@@ -45,8 +46,8 @@ struct SoftmaxFwdOp {
 
   // Masked positions become -inf: they add nothing to the statistics.
   template <int N>
-  __device__ void load(int64_t row, int64_t col, float (&v)[N]) const {
-    load_pack<T, N>(x + row * cols + col, v);
+  __device__ void convert(int64_t row, int64_t col, const Pack<T, N>& raw, float (&v)[N]) const {
+    unpack(raw, v);
     if (mask != nullptr) {
       float keep[N];
       load_keep<N>(mask, row * cols + col, keep);
@@ -82,12 +83,13 @@ struct SoftmaxFwdOp {
     return {m, sum};
   }
 
-  // The loop kernel re-reads x: the same form, relative to the row's max.
+  // Re-read (loop kernel) or re-converted (held) x in the form thread_stats() left it, relative
+  // to the given max: the row's in the loop kernel, the thread's in a tile.
   template <int N>
-  __device__ void restate(float (&v)[N], Stats row) const {
+  __device__ void restate(float (&v)[N], Stats rel) const {
     if (!log)
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = exp_from(v[i], row.max);
+      for (int i = 0; i < N; ++i) v[i] = exp_from(v[i], rel.max);
   }
 
   struct Row {
