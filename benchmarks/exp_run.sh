@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Experiment call: A = this tree; B (and C) = the same built with $B_FLAGS ($C_FLAGS) as
+# Experiment call: A = this tree; B, C, D = the same built with $B_FLAGS, $C_FLAGS, $D_FLAGS as
 # CMAKE_CUDA_FLAGS; a bf16 bench of each in one run, the tests ($PYTEST_ARGS) on the last build,
 # or on A with TEST_AFTER=a.
 set -u -o pipefail
@@ -18,7 +18,7 @@ tests() {
 COMMIT=$COMMIT STAGES="build" bash benchmarks/gpu_run.sh
 bench a
 [ "${TEST_AFTER:-}" = a ] && tests a
-for v in b c; do
+for v in b c d; do
   flags_var=${v^^}_FLAGS; flags=${!flags_var:-}
   [ -z "$flags" ] && continue
   [ $(left) -gt 120 ] || { echo "no time left for $v"; break; }

@@ -34,7 +34,7 @@ int occupancy(K kernel, int threads, size_t dyn_smem = 0) {
 }
 
 // A launch configuration of clusters of `cluster` CTAs along x; `attr` holds its one attribute.
-inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, size_t smem, cudaStream_t stream,
+inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, cudaStream_t stream,
                                          cudaLaunchAttribute* attr) {
   attr->id = cudaLaunchAttributeClusterDimension;
   attr->val.clusterDim.x = cluster;
@@ -43,7 +43,7 @@ inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, siz
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
@@ -56,48 +56,34 @@ cudaError_t allow_cluster(K kernel, int cluster) {
   return cluster > 8 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) : cudaSuccess;
 }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...) as clusters of `cluster` CTAs along x.
+// Launches kernel<<<grid, block, 0, stream>>>(args...) as clusters of `cluster` CTAs along x.
 template <class K, class... Args>
-ffi::Error launch_smem(K kernel, dim3 grid, dim3 block, int cluster, size_t smem, cudaStream_t stream,
-                       const char* what, Args... args) {
+ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t stream, const char* what,
+                  Args... args) {
   if (grid.x == 0 || grid.y == 0) return ffi::Error::Success();
   if (cluster <= 1) {
-    kernel<<<grid, block, smem, stream>>>(args...);
+    kernel<<<grid, block, 0, stream>>>(args...);
     return last_launch_error(what);
   }
   cudaError_t e = allow_cluster(kernel, cluster);
   if (e != cudaSuccess) return cuda_error(e, what);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(grid, block, cluster, smem, stream, &attr);
+  const cudaLaunchConfig_t cfg = cluster_config(grid, block, cluster, stream, &attr);
   e = cudaLaunchKernelEx(&cfg, kernel, args...);
   if (e != cudaSuccess) return cuda_error(e, what);
   return last_launch_error(what);
 }
 
-template <class K, class... Args>
-ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t stream, const char* what,
-                  Args... args) {
-  return launch_smem(kernel, grid, block, cluster, 0, stream, what, args...);
-}
-
-// Dynamic shared memory beyond the default 48 KiB must be allowed per kernel.
-template <class K>
-cudaError_t allow_smem(K kernel, size_t smem) {
-  return smem > 48 * 1024
-             ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))
-             : cudaSuccess;
-}
-
 // How many clusters of `cluster` CTAs of `kernel` fit on the device at once (>= 1), or 0 when the
 // cluster cannot be scheduled at all (then the caller takes another path).
 template <class K>
-int max_active_clusters(K kernel, int threads, int cluster, size_t smem = 0) {
+int max_active_clusters(K kernel, int threads, int cluster) {
   if (allow_cluster(kernel, cluster) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster), dim3(threads), cluster, smem, nullptr, &attr);
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster), dim3(threads), cluster, nullptr, &attr);
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();

@@ -9,20 +9,29 @@
 
 namespace jaxnorm {
 
-// Workers of `kernel` resident at once on the current device (0: a shape that cannot be
-// scheduled, so the caller must use another kernel). Allows the kernel its dynamic shared memory.
+// Workers of `kernel` resident at once on the current device (0: a cluster shape that cannot be
+// scheduled, so the caller must use another kernel).
 template <class K>
-int resident_workers(K kernel, int threads, int cluster, size_t smem = 0) {
+int resident_workers(K kernel, int threads, int cluster) {
   const DeviceFacts& d = device_facts();
-  if (allow_smem(kernel, smem) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (cluster > 1) return d.clusters ? max_active_clusters(kernel, threads, cluster, smem) : 0;
-  return d.sms * occupancy(kernel, threads, smem);
+  if (cluster > 1) return d.clusters ? max_active_clusters(kernel, threads, cluster) : 0;
+  return d.sms * occupancy(kernel, threads);
 }
 
 inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// A forward grid of one CTA (cluster) per kBlock / kTPR rows lets the hardware balance the
+// rows over the SMs; a persistent grid's static share leaves a tail of up to one row per worker.
+// The L2-prefetching tiles stay persistent, since the prefetch needs a next row. Knob for A/B
+// runs: JAXNORM_FWD_ONE_SHOT = 0 (persistent), 1 (tiles that do not prefetch), 2 (every tile).
+#ifndef JAXNORM_FWD_ONE_SHOT
+#define JAXNORM_FWD_ONE_SHOT 1
+#endif
+template <class Op, int kTPR, int kCluster>
+constexpr bool fwd_one_shot() {
+  return JAXNORM_FWD_ONE_SHOT >= (prefetches<Op, kTPR, kCluster>() ? 2 : 1);
+}
+constexpr int64_t kMaxGridX = 2147483647;
 
 template <class Op>
 struct FwdRunner {
@@ -34,12 +43,12 @@ struct FwdRunner {
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
     auto kernel = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = fwd_stage_bytes<typename Op::Type, kBlock, kPacks>();
-    static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
+    static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
-    const int64_t workers = std::min<int64_t>(ceil_div(rows, kBlock / kTPR), resident);
-    return launch_smem(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, smem, stream, what, op, rows,
-                       cols);
+    const int64_t needed = ceil_div(rows, kBlock / kTPR);
+    const int64_t workers = fwd_one_shot<Op, kTPR, kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
+                                                                : std::min<int64_t>(needed, resident);
+    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
   }
 
   template <int kTPR, int kBlock>

@@ -18,7 +18,6 @@
 #include "cuda/device_types.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_reduce.cuh"
-#include "cuda/row_stage.cuh"
 #include "cuda/tile_choice.h"
 
 namespace jaxnorm {
@@ -88,44 +87,20 @@ constexpr int min_ctas_per_sm() {
   return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
 }
 
-// Rows are staged through shared memory (row_stage.cuh) unless built with JAXNORM_STAGE_ROWS=0;
-// the staged rows take the place of the L2 prefetch.
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;
   constexpr int kRowsPerCta = kBlock / kTPR;
-  constexpr bool kStaged = JAXNORM_STAGE_ROWS != 0;
   __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
-  auto& stage = dynamic_stage<RowStage<T, kBlock, kPacks>>();
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
-  // Starts the copies of this thread's packs of the row at `base` into stage half `half`.
-  auto stage_row = [&](int64_t base, int half) {
-    const int64_t row = base + slot;
-    if (row < rows) {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
-        if (col < cols) cp_async_16(&stage.slot[half][p][threadIdx.x], op.x + row * cols + col);
-      }
-    }
-    cp_async_commit();
-  };
   int parity = 0;
-  const int64_t first = (blockIdx.x / kCluster) * kRowsPerCta;
-  if constexpr (kStaged) stage_row(first, 0);
-  for (int64_t base = first; base < rows; base += stride, parity ^= 1) {
+  for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, parity ^= 1) {
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
-    if constexpr (kStaged) {
-      stage_row(base + stride, parity ^ 1);
-      cp_async_wait<1>();
-    } else {
-      prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
-    }
     Pack<T, V> raw[kPacks];
     float v[kPacks][V];
     bool ok[kPacks];
@@ -134,10 +109,11 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
       if (ok[p]) {
-        raw[p] = kStaged ? stage.slot[parity][p][threadIdx.x] : load_raw<T, V>(op.x + row * cols + col);
+        raw[p] = load_raw<T, V>(op.x + row * cols + col);
         op.convert(row, col, raw[p], v[p]);
       }
     }
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = [&] {
       if constexpr (holds_raw<Op>()) return op.thread_stats(raw, ok);
       else return op.thread_stats(v, ok);
