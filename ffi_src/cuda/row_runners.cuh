@@ -20,16 +20,17 @@ int resident_workers(K kernel, int threads, int cluster) {
 
 inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// A forward grid of one CTA (cluster) per kBlock / kTPR rows lets the hardware balance the
-// rows over the SMs; a persistent grid's static share leaves a tail of up to one row per worker.
-// The L2-prefetching tiles stay persistent, since the prefetch needs a next row. Knob for A/B
-// runs: JAXNORM_FWD_ONE_SHOT = 0 (persistent), 1 (tiles that do not prefetch), 2 (every tile).
-#ifndef JAXNORM_FWD_ONE_SHOT
-#define JAXNORM_FWD_ONE_SHOT 1
+// A grid of one CTA (cluster) per kBlock / kTPR rows lets the hardware balance the rows over the
+// SMs; a persistent grid's static share leaves a tail of up to one row per worker. Only kernels
+// whose workers carry nothing across rows can do so (not the norm backward, whose workers
+// accumulate the scale/bias gradients). Knob for A/B runs: JAXNORM_ONE_SHOT = 0 (persistent),
+// 1 (tiles that do not prefetch the next row into L2), 2 (every tile).
+#ifndef JAXNORM_ONE_SHOT
+#define JAXNORM_ONE_SHOT 2
 #endif
 template <class Op, int kTPR, int kCluster>
-constexpr bool fwd_one_shot() {
-  return JAXNORM_FWD_ONE_SHOT >= (prefetches<Op, kTPR, kCluster>() ? 2 : 1);
+constexpr bool one_shot_grid() {
+  return JAXNORM_ONE_SHOT >= (prefetches<Op, kTPR, kCluster>() ? 2 : 1);
 }
 constexpr int64_t kMaxGridX = 2147483647;
 
@@ -46,8 +47,8 @@ struct FwdRunner {
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
-    const int64_t workers = fwd_one_shot<Op, kTPR, kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
-                                                                : std::min<int64_t>(needed, resident);
+    const int64_t workers = one_shot_grid<Op, kTPR, kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
+                                                                 : std::min<int64_t>(needed, resident);
     return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
   }
 
@@ -79,9 +80,13 @@ struct BwdRunner {
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
-    int64_t workers = std::min<int64_t>(ceil_div(rows_per_group, kBlock / kTPR),
-                                        std::max<int64_t>(1, resident / groups));
-    if constexpr (Op::kColumnSums) workers = std::min(workers, ws_rows);
+    const int64_t needed = ceil_div(rows_per_group, kBlock / kTPR);
+    int64_t workers = std::min<int64_t>(needed, std::max<int64_t>(1, resident / groups));
+    if constexpr (Op::kColumnSums) {
+      workers = std::min(workers, ws_rows);
+    } else if constexpr (one_shot_grid<Op, kTPR, kCluster>()) {
+      workers = std::min<int64_t>(needed, kMaxGridX / kCluster);
+    }
     JN_RETURN_IF_ERROR(launch(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, stream, what, op,
                               rows_per_group, cols, workspace, ws_rows));
     return reduce_columns(workers);
