@@ -1,5 +1,5 @@
-// Launch the chosen row kernel with a grid sized to the device: as many workers (CTAs, or
-// clusters) as are resident at once, each striding over rows (a persistent grid).
+// Launch the chosen row kernel: a CTA per row span, or a grid sized to the device with as many
+// workers (CTAs, or clusters) as are resident at once, each striding over rows (persistent).
 #pragma once
 
 #include <algorithm>
@@ -20,17 +20,18 @@ int resident_workers(K kernel, int threads, int cluster) {
 
 inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// A grid of one CTA (cluster) per kBlock / kTPR rows lets the hardware balance the rows over the
-// SMs; a persistent grid's static share leaves a tail of up to one row per worker. Only kernels
-// whose workers carry nothing across rows can do so (not the norm backward, whose workers
-// accumulate the scale/bias gradients). Knob for A/B runs: JAXNORM_ONE_SHOT = 0 (persistent),
-// 1 (tiles that do not prefetch the next row into L2), 2 (every tile).
+// A grid of one CTA per kBlock / kTPR rows lets the hardware balance the rows over the SMs,
+// where a persistent grid's static shares end unevenly: bf16 forwards up to 16384 columns ran
+// 5-20% faster against XLA in the same run (results/NOTES.md v7). Cluster tiles stay persistent
+// (one-shot clusters measured 8-25% slower at 32K-262K), and so does the norm backward, whose
+// workers accumulate the scale/bias gradients across their rows. Knob for A/B runs:
+// -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
 #ifndef JAXNORM_ONE_SHOT
-#define JAXNORM_ONE_SHOT 2
+#define JAXNORM_ONE_SHOT 1
 #endif
-template <class Op, int kTPR, int kCluster>
+template <int kCluster>
 constexpr bool one_shot_grid() {
-  return JAXNORM_ONE_SHOT >= (prefetches<Op, kTPR, kCluster>() ? 2 : 1);
+  return JAXNORM_ONE_SHOT != 0 && kCluster == 1;
 }
 constexpr int64_t kMaxGridX = 2147483647;
 
@@ -47,7 +48,7 @@ struct FwdRunner {
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
-    const int64_t workers = one_shot_grid<Op, kTPR, kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
+    const int64_t workers = one_shot_grid<kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
                                                                  : std::min<int64_t>(needed, resident);
     return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
   }
@@ -84,7 +85,7 @@ struct BwdRunner {
     int64_t workers = std::min<int64_t>(needed, std::max<int64_t>(1, resident / groups));
     if constexpr (Op::kColumnSums) {
       workers = std::min(workers, ws_rows);
-    } else if constexpr (one_shot_grid<Op, kTPR, kCluster>()) {
+    } else if constexpr (one_shot_grid<kCluster>()) {
       workers = std::min<int64_t>(needed, kMaxGridX / kCluster);
     }
     JN_RETURN_IF_ERROR(launch(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, stream, what, op,
