@@ -45,11 +45,33 @@ __device__ __forceinline__ void unpack(const Pack<T, N>& pk, float (&out)[N]) {
   for (int i = 0; i < N; ++i) out[i] = to_float(pk.v[i]);
 }
 
-// Element i of a row's pack, held as floats or as loaded.
+// Element i of a row's pack, held as floats or as loaded; element_again() converts a held 16-bit
+// element by other instructions than element() and unpack_again() (see there).
 template <int N>
 __device__ __forceinline__ float element(const float (&v)[N], int i) { return v[i]; }
 template <class T, int N>
 __device__ __forceinline__ float element(const Pack<T, N>& pk, int i) { return to_float(pk.v[i]); }
+template <int N>
+__device__ __forceinline__ float element_again(const float (&v)[N], int i) { return v[i]; }
+template <class T, int N>
+__device__ __forceinline__ float element_again(const Pack<T, N>& pk, int i) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    const uint32_t w = reinterpret_cast<const uint32_t*>(&pk)[i / 2];
+    uint32_t f;
+    if (i % 2 == 0) {
+      asm("shl.b32 %0, %1, 16;" : "=r"(f) : "r"(w));
+    } else {
+      asm("and.b32 %0, %1, 0xffff0000;" : "=r"(f) : "r"(w));
+    }
+    return __uint_as_float(f);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    float f;
+    asm volatile("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(__half_as_ushort(pk.v[i])));
+    return f;
+  } else {
+    return to_float(pk.v[i]);
+  }
+}
 
 // N consecutive elements starting at p (aligned to N * sizeof(T)), as stored.
 template <class T, int N>

@@ -63,29 +63,34 @@ struct NormFwdOp {
     }
   }
 
-  // The thread's (count, mean, M2) in one pass over its values, shifted by its first value so a
-  // large mean does not cancel (each element converted once: a held 16-bit row stays packed).
+  // The thread's (count, mean, M2) computed exactly from its values (two passes over registers:
+  // no division per element, no cancellation). A held 16-bit row is converted in each pass, by
+  // different instructions, so no pass's floats are kept live for the next.
   template <class Held, int P>
   __device__ Stats thread_stats(const Held (&v)[P], const bool (&ok)[P]) const {
     constexpr int N = kVecOf<T>;
-    const float shift = centered && ok[0] ? element(v[0], 0) : 0.f;
-    float n = 0.f, s1 = 0.f, s2 = 0.f;
+    float n = 0.f, sum = 0.f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (ok[p]) {
         n += N;
 #pragma unroll
+        for (int i = 0; i < N; ++i) sum += element(v[p], i);
+      }
+    }
+    const float mean = (centered && n > 0.f) ? sum / n : 0.f;
+    float m2 = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (ok[p]) {
+#pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float d = element(v[p], i) - shift;
-          s1 += d;
-          s2 += d * d;
+          const float d = element_again(v[p], i) - mean;
+          m2 += d * d;
         }
       }
     }
-    if (!centered || n == 0.f) return {n, 0.f, s2};
-    const float mean_d = s1 / n;
-    const float m2 = s2 - s1 * mean_d;
-    return {n, shift + mean_d, m2 < 0.f ? 0.f : m2};  // rounding can leave m2 just below 0; NaN stays
+    return {n, mean, m2};
   }
 
   struct Row {
