@@ -22,8 +22,8 @@ inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<
 
 // A grid of one CTA per kBlock / kTPR rows lets the hardware balance the rows over the SMs,
 // where a persistent grid's static shares end unevenly: bf16 forwards up to 16384 columns ran
-// 5-20% faster against XLA in the same run (results/NOTES.md v7). Cluster tiles stay persistent
-// (one-shot clusters measured 8-25% slower at 32K-262K), and so does the norm backward, whose
+// 2-22% faster against XLA in the same call (results/NOTES.md v7). Cluster tiles stay persistent
+// (one-shot clusters measured 3-22% slower at 32K-262K), and so does the norm backward, whose
 // workers accumulate the scale/bias gradients across their rows. Knob for A/B runs:
 // -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
 #ifndef JAXNORM_ONE_SHOT

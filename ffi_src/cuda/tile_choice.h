@@ -22,7 +22,8 @@ struct TileBudget {
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
 // prefetch paid from 512-thread rows on (bf16 LayerNorm 65536: 61 -> 75% of copy) and cost up to
-// 11 points on softmax rows of one warp (results/NOTES.md v6).
+// 11 points on softmax rows of one warp (results/NOTES.md v6); since v7 only the cluster tiles
+// keep a persistent grid, so only they have a next row to prefetch (row_runners.cuh).
 constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
