@@ -1,4 +1,5 @@
-"""Runs one op once on one shape, for a profiler (ncu) to capture its kernels.
+"""Runs one op once on one shape, for a profiler (ncu) to capture its kernels; a fifth argument
+`xla` runs the XLA-compiled reference (jaxnorm.reference) instead.
 
     ncu -k regex:tile_ --section SpeedOfLight --section Occupancy --section WarpStateStats \
         python benchmarks/profile_one.py layer_norm fwd+bwd 131072x1024 bfloat16
@@ -6,19 +7,21 @@
 import sys
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 
 import jaxnorm
 
 
-def main(op, direction, shape, dtype):
+def main(op, direction, shape, dtype, impl="jaxnorm"):
     rows, cols = (int(v) for v in shape.split("x"))
-    k = jax.random.split(jax.random.key(0), 3)
-    x = jax.random.normal(k[0], (rows, cols), dtype)
-    dy = jax.random.normal(k[1], (rows, cols), dtype)
-    f = {"layer_norm": lambda v: jaxnorm.layer_norm(v, jnp.ones(cols), jnp.zeros(cols)),
-         "rms_norm": lambda v: jaxnorm.rms_norm(v, jnp.ones(cols)),
-         "softmax": jaxnorm.softmax, "log_softmax": jaxnorm.log_softmax}[op]
+    # Inputs made on the host, so the profile holds no random-number or conversion kernels.
+    g = np.random.default_rng(0)
+    x, dy = (jax.device_put(g.standard_normal((rows, cols), np.float32).astype(jnp.dtype(dtype))) for _ in range(2))
+    lib = jaxnorm.reference if impl == "xla" else jaxnorm
+    f = {"layer_norm": lambda v: lib.layer_norm(v, jnp.ones(cols), jnp.zeros(cols)),
+         "rms_norm": lambda v: lib.rms_norm(v, jnp.ones(cols)),
+         "softmax": lib.softmax, "log_softmax": lib.log_softmax}[op]
     if direction == "fwd":
         run = jax.jit(f)
         out = run(x)
@@ -29,4 +32,4 @@ def main(op, direction, shape, dtype):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
