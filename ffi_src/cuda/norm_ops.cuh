@@ -97,54 +97,13 @@ struct NormFwdOp {
     float mean, rstd;
   };
 
-  // The row's mean and rstd, saved for the backward by the row's first thread.
-  __device__ Row publish(Row r, int64_t row, bool writer) const {
+  __device__ Row finalize(Stats s, Stats, int64_t row, bool writer) const {
+    const Row r{centered ? s.mean : 0.f, norm_rstd(s.m2 / s.count, eps)};
     if (writer) {
       mean_out[row] = r.mean;
       rstd_out[row] = r.rstd;
     }
     return r;
-  }
-
-  __device__ Row finalize(Stats s, Stats, int64_t row, bool writer) const {
-    return publish({centered ? s.mean : 0.f, norm_rstd(s.m2 / s.count, eps)}, row, writer);
-  }
-
-  // Two-phase row statistics (row_tiles.cuh): the row sum, then the sum of squares about the row
-  // mean, each element converted by other instructions in each phase (see thread_stats).
-  using FirstMerge = PlusMerge;
-  __device__ bool has_center() const { return centered; }
-
-  template <class Held, int P>
-  __device__ float first_partial(const Held (&v)[P], const bool (&ok)[P]) const {
-    float sum = 0.f;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p])
-#pragma unroll
-        for (int i = 0; i < kVecOf<T>; ++i) sum += element(v[p], i);
-    return sum;
-  }
-
-  __device__ float center(float row_sum) const { return row_sum / static_cast<float>(cols); }
-
-  template <class Held, int P>
-  __device__ float second_partial(const Held (&v)[P], const bool (&ok)[P], float mean) const {
-    float m2 = 0.f;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p])
-#pragma unroll
-        for (int i = 0; i < kVecOf<T>; ++i) {
-          const float d = element_again(v[p], i) - mean;
-          m2 += d * d;
-        }
-    return m2;
-  }
-
-  // From the row mean (0 for RMSNorm) and the row's sum of squares about it.
-  __device__ Row finalize_rows(float mean, float m2, int64_t row, bool writer) const {
-    return publish({mean, norm_rstd(m2 / static_cast<float>(cols), eps)}, row, writer);
   }
 
   template <int N>

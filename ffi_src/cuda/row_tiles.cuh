@@ -31,12 +31,6 @@ struct MaxSumMerge {
 struct Sum2Merge {
   __device__ Sum2 operator()(Sum2 a, Sum2 b) const { return sum2_merge(a, b); }
 };
-struct PlusMerge {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-struct NanMaxMerge {
-  __device__ float operator()(float a, float b) const { return nan_max(a, b); }
-};
 
 __device__ __forceinline__ int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -93,21 +87,6 @@ constexpr int min_ctas_per_sm() {
   return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
 }
 
-// Rows of one warp or less reduce in two plain butterflies (norms: the row sum, then the sum of
-// squares about the row mean; softmax: the row max, then the sum of exp(x - max)) instead of one
-// butterfly of merged statistics, each level of which costs a division (Chan) or two exps (the
-// online softmax merge). Nsight Compute at 62b8284: XLA's softmax forward reduces this way and
-// ran its 1024-column rows in 178 us against jaxnorm's 211 us. Wider rows keep one merged
-// reduction: a second phase would cost them a second barrier. Knob for A/B runs:
-// -DJAXNORM_TWO_PHASE=0.
-#ifndef JAXNORM_TWO_PHASE
-#define JAXNORM_TWO_PHASE 1
-#endif
-template <int kTPR, int kCluster>
-constexpr bool two_phase() {
-  return JAXNORM_TWO_PHASE != 0 && kTPR <= 32 && kCluster == 1;
-}
-
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
@@ -135,29 +114,19 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       }
     }
     prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
-    const bool writer = row_ok && t == 0;
-    // The row's values as the op's statistics read them: the held packs or the floats.
-    const auto row_stats = [&](auto& in) {
-      if constexpr (two_phase<kTPR, kCluster>()) {
-        float center = 0.f;
-        if (op.has_center())  // uniform across the row
-          center = op.center(group_allreduce<kTPR>(op.first_partial(in, ok), typename Op::FirstMerge{}));
-        const float second = group_allreduce<kTPR>(op.second_partial(in, ok, center), PlusMerge{});
-        return op.finalize_rows(center, second, row, writer);
-      } else {
-        const Stats mine = op.thread_stats(in, ok);
-        const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity);
-        return op.finalize(s, mine, row, writer);
-      }
-    };
-    const auto r = [&] {
-      if constexpr (holds_raw<Op>()) return row_stats(raw);
-      else return row_stats(v);
+    const Stats mine = [&] {
+      if constexpr (holds_raw<Op>()) return op.thread_stats(raw, ok);
+      else return op.thread_stats(v, ok);
     }();
+    const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity);
+    const auto r = op.finalize(s, mine, row, row_ok && t == 0);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (ok[p]) {
-        if constexpr (holds_raw<Op>()) unpack_again(raw[p], v[p]);  // a held op stores from x itself
+        if constexpr (holds_raw<Op>()) {
+          unpack_again(raw[p], v[p]);
+          op.restate(v[p], mine);
+        }
         op.store(row, pack_col<kTPR, kCluster, V>(p, t), v[p], r);
       }
     }

@@ -83,7 +83,8 @@ struct SoftmaxFwdOp {
     return {m, sum};
   }
 
-  // The loop kernel re-reads x: the same form, relative to the row's max.
+  // Re-read (loop kernel) or re-converted (held) x in the form thread_stats() left it, relative
+  // to the given max: the row's in the loop kernel, the thread's in a tile.
   template <int N>
   __device__ void restate(float (&v)[N], Stats rel) const {
     if (!log)
@@ -100,43 +101,6 @@ struct SoftmaxFwdOp {
   __device__ Row finalize(Stats s, Stats mine, int64_t, bool) const {
     const SoftmaxRow r = softmax_row(s.max, s.sum, log);
     return {r, log ? 0.f : expf(mine.max - s.max) * r.k};
-  }
-
-  // Two-phase row statistics (row_tiles.cuh): the row max, then the sum of exp(x - max), which
-  // softmax keeps in place of x.
-  using FirstMerge = NanMaxMerge;
-  __device__ bool has_center() const { return true; }
-  __device__ float center(float row_max) const { return row_max; }
-
-  template <int P, int N>
-  __device__ float first_partial(const float (&v)[P][N], const bool (&ok)[P]) const {
-    float m = -INFINITY;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p])
-#pragma unroll
-        for (int i = 0; i < N; ++i) m = nan_max(m, v[p][i]);
-    return m;
-  }
-
-  template <int P, int N>
-  __device__ float second_partial(float (&v)[P][N], const bool (&ok)[P], float row_max) const {
-    float sum = 0.f;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p])
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-          const float e = exp_from(v[p][i], row_max);
-          sum += e;
-          if (!log) v[p][i] = e;
-        }
-    return sum;
-  }
-
-  __device__ Row finalize_rows(float row_max, float sum, int64_t, bool) const {
-    const SoftmaxRow r = softmax_row(row_max, sum, log);
-    return {r, log ? 0.f : r.k};
   }
 
   template <int N>
