@@ -136,7 +136,8 @@ def build_plan(args):
 
 def run(args) -> dict:
     env = environment()
-    impls = T.implementations(include_tokamax=not args.no_tokamax)
+    impls = T.implementations(include_tokamax=not args.no_tokamax,
+                              include_memory_efficient="jaxnorm-me" in args.impls)
     impls = {k: v for k, v in impls.items() if k in args.impls}
     method = T.method_text(args.reps, args.min_time, args.max_time,
                            f"N = {args.inputs}" if args.inputs else "", rounds=args.rounds)
@@ -344,6 +345,20 @@ def pivot_tables(result: dict) -> str:
     return "\n".join(lines)
 
 
+def memory_efficient_table(result: dict) -> str:
+    """Norm forward+backward in memory-efficient mode against the default, same run."""
+    lines = ["| dtype | op | shape | default time | memory-efficient time | ratio |",
+             "|---|---|---|---|---|---|"]
+    for rec in result["results"]:
+        a, b = rec["impls"].get("jaxnorm", {}), rec["impls"].get("jaxnorm-me", {})
+        if rec["direction"] != "fwd+bwd" or "time_s" not in a or "time_s" not in b:
+            continue
+        lines.append(f"| {rec['dtype']} | {rec['op']} | {'x'.join(map(str, rec['shape']))} | "
+                     f"{T.fmt_time(a['time_s'])} | {T.fmt_time(b['time_s'])} | "
+                     f"{b['time_s'] / a['time_s']:.3f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def write_md(result: dict, out: str):
     env = result["env"]
     md = [
@@ -375,8 +390,14 @@ def write_md(result: dict, out: str):
                     else ["error", ""])
         row.append(c.get("best", "error"))
         md.append("| " + " | ".join(row) + " |")
-    md += ["", "## Summary", "", "```", pivot_tables(result), "```", "",
-           "## All configurations", "", full_table(result), ""]
+    md += ["", "## Summary", "", "```", pivot_tables(result), "```", ""]
+    me = memory_efficient_table(result)
+    if me:
+        md += ["## Memory-efficient mode", "",
+               "Norm forward+backward with `memory_efficient=True` (the backward reads y, not x) "
+               "against the default, timed in the same run: ratio = memory-efficient time / "
+               "default time.", "", me, ""]
+    md += ["## All configurations", "", full_table(result), ""]
     errs = errors_list(result)
     if errs:
         md += ["## Errors and failed checks", ""] + [f"- {e}" for e in errs] + [""]
@@ -472,7 +493,7 @@ def main(argv=None):
                         "best median (default 1)")
     p.add_argument("--inputs", type=int, default=0,
                    help="N distinct inputs per timed call (default 4 for inputs >= 64 MiB, else 8)")
-    p.add_argument("--impls", default="jaxnorm,xla,tokamax",
+    p.add_argument("--impls", default="jaxnorm,xla,jaxnorm-me,tokamax",
                    help="comma list of implementations to time (default jaxnorm,xla,tokamax)")
     p.add_argument("--no-tokamax", action="store_true", help="do not try to import tokamax")
     p.add_argument("--budget", type=float, default=360.0,
@@ -524,6 +545,11 @@ def main(argv=None):
     print("Method: " + result["method"])
     print()
     print(pivot_tables(result))
+    me = memory_efficient_table(result)
+    if me:
+        print("memory-efficient mode (norm fwd+bwd; ratio = memory-efficient / default time):")
+        print(me)
+        print()
     n_ok = sum(1 for r in result["results"]
                if r["impls"].get("jaxnorm", {}).get("check", {}).get("pass") is True)
     print(f"{len(result['results'])} configurations in {time.perf_counter() - t0:.0f} s; "

@@ -97,8 +97,14 @@ def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
 # Implementations
 
 
-def implementations(include_tokamax: bool = True) -> dict[str, dict[str, Callable]]:
-    """name -> {op -> f(x, *params)}. 'xla' is jaxnorm.reference (the spec) compiled by XLA."""
+# Implementations timed only forward+backward: their forward is jaxnorm's own kernel.
+BACKWARD_ONLY = ("jaxnorm-me",)
+
+
+def implementations(include_tokamax: bool = True,
+                    include_memory_efficient: bool = False) -> dict[str, dict[str, Callable]]:
+    """name -> {op -> f(x, *params)}. 'xla' is jaxnorm.reference (the spec) compiled by XLA;
+    'jaxnorm-me' is the norms in memory-efficient mode (the backward reads y instead of x)."""
     import jaxnorm
     from jaxnorm import reference
 
@@ -116,6 +122,12 @@ def implementations(include_tokamax: bool = True) -> dict[str, dict[str, Callabl
             "log_softmax": lambda x: reference.log_softmax(x, axis=-1),
         },
     }
+    if include_memory_efficient:
+        impls["jaxnorm-me"] = {
+            "layer_norm": lambda x, s, b: jaxnorm.layer_norm(x, s, b, epsilon=EPSILON,
+                                                             memory_efficient=True),
+            "rms_norm": lambda x, s: jaxnorm.rms_norm(x, s, epsilon=EPSILON, memory_efficient=True),
+        }
     if include_tokamax:
         tk = try_import_tokamax()
         if tk is not None:
@@ -425,7 +437,8 @@ def run_config(op: str, direction: str, data, impls: dict, *, reps: int, min_tim
     params = tuple(params[: N_PARAMS[op]])
     firsts = {}
     order = [reference_impl] + [k for k in impls if k != reference_impl]
-    order = [k for k in order if k in impls and op in impls[k]]
+    order = [k for k in order if k in impls and op in impls[k]
+             and not (direction == "fwd" and k in BACKWARD_ONLY)]
     steps = {}
     for rnd in range(max(1, rounds)):
         # Round 2+ re-times every implementation in turn; each keeps its best round's median,
