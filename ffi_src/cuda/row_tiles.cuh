@@ -71,9 +71,9 @@ __device__ __forceinline__ int64_t pack_col(int p, int t) {
 // ---------------------------------------------------------------------------------------------
 // Forward: statistics of x, then y from registers.
 // An op that can (the norms) holds a 16-bit row as loaded: its statistics convert each element
-// as they go, and the stores convert the row again. Half the registers of holding floats, so more
-// warps are resident with their loads in flight. Knob for A/B runs: -DJAXNORM_HOLD_RAW=0 holds
-// floats.
+// as they go, and the stores convert the row again. Half the registers of holding floats (bf16
+// 4-pack tiles: 72 -> 56), so more warps are resident (LayerNorm +0-9% vs XLA, results/NOTES.md
+// v7). Knob for A/B runs: -DJAXNORM_HOLD_RAW=0 holds floats.
 #ifndef JAXNORM_HOLD_RAW
 #define JAXNORM_HOLD_RAW 1
 #endif
@@ -82,6 +82,9 @@ constexpr bool holds_raw() {
   return JAXNORM_HOLD_RAW != 0 && Op::kCanHoldRaw && sizeof(typename Op::Type) == 2;
 }
 
+// CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
+// the other's reduction. (Holding the next row's packs in registers instead, one CTA per SM,
+// measured slower: 1dc6ced in results/NOTES.md.) The widest tiles need 128 registers.
 template <int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
   return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
