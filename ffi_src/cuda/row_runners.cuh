@@ -49,7 +49,7 @@ struct FwdRunner {
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
     const int64_t workers = one_shot_grid<kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
-                                                                 : std::min<int64_t>(needed, resident);
+                                                      : std::min<int64_t>(needed, resident);
     return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
   }
 

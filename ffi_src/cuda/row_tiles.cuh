@@ -126,10 +126,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (ok[p]) {
-        if constexpr (holds_raw<Op>()) {
-          unpack_again(raw[p], v[p]);
-          op.restate(v[p], mine);
-        }
+        if constexpr (holds_raw<Op>()) unpack_again(raw[p], v[p]);  // a held op stores from x as loaded
         op.store(row, pack_col<kTPR, kCluster, V>(p, t), v[p], r);
       }
     }

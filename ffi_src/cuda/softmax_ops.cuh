@@ -83,13 +83,12 @@ struct SoftmaxFwdOp {
     return {m, sum};
   }
 
-  // Re-read (loop kernel) or re-converted (held) x in the form thread_stats() left it, relative
-  // to the given max: the row's in the loop kernel, the thread's in a tile.
+  // The loop kernel re-reads x: the same form, relative to the row's max.
   template <int N>
-  __device__ void restate(float (&v)[N], Stats rel) const {
+  __device__ void restate(float (&v)[N], Stats row) const {
     if (!log)
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = exp_from(v[i], rel.max);
+      for (int i = 0; i < N; ++i) v[i] = exp_from(v[i], row.max);
   }
 
   struct Row {
@@ -140,7 +139,6 @@ struct SoftmaxBwdOp {
     prefetch_l2_rows(dy, row0, nrows, cols, part, parts);
     prefetch_l2_rows(mask, row0, nrows, cols, part, parts);
   }
-
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
