@@ -104,18 +104,25 @@ def test_empty_leading_shape(op, shape, rng):
 
 @op_params()
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_nonfinite_rows(op, dtype, rng):
+@pytest.mark.parametrize("width", [37, 1024])  # the loop kernel; a tile of 16-byte packs
+def test_nonfinite_rows(op, dtype, width, rng):
     """Rows holding NaN, +inf or -inf give what the reference gives, row by row."""
     dtype = DTYPES[dtype]
-    x = np.asarray(make_x(op, rng, (6, 37), dtype)).astype(np.float32)
+    x = np.asarray(make_x(op, rng, (8, width), dtype)).astype(np.float32)
     x[0, 5] = np.nan
     x[1, 0] = np.inf
     x[2, 36] = -np.inf
     x[3, 7:9] = [np.inf, -np.inf]
     x[4, 3] = np.nan
     x[4, 4] = np.inf
+    # A NaN among only -inf (every other element, or all but one far away): a softmax thread
+    # whose elements are all -inf or NaN has no finite maximum of its own.
+    x[6] = -np.inf
+    x[6, 17] = np.nan
+    x[7, : width // 2] = -np.inf
+    x[7, 1] = np.nan
     x = jnp.asarray(x, dtype)
-    params = make_params(op, rng, (37,), dtype)
+    params = make_params(op, rng, (width,), dtype)
     actual = np.asarray(op.fn(x, *params)).astype(np.float32)
     # The reference on the same values in float32: non-finite semantics are those of jnp in the
     # precision the kernels compute in.

@@ -118,6 +118,19 @@ def check_op_on(op, rng, x):
     return y, dx
 
 
+@pytest.mark.skipif(jax.default_backend() == "cpu",
+                    reason="XLA's CPU runtime flushes subnormals in its threads, for its own ops and ours alike")
+@op_params(SOFTMAXES)
+@ALL_DTYPES
+def test_outputs_below_the_normal_range(op, dtype, rng):
+    """exp(x - max) down to e^-110, below float's (and bfloat16's) smallest normal number e^-87:
+    those softmax outputs are subnormal in float32 and bfloat16 and must not be flushed to 0
+    (XLA's GPU kernels keep them)."""
+    x = np.tile(np.linspace(0.0, -110.0, 1024), (4, 1))
+    x[1:] += rng.normal(size=(3, 1024))
+    check_op_on(op, rng, jnp.asarray(x, DTYPES[dtype]))
+
+
 @op_params(SOFTMAXES)
 def test_all_negative_infinity_row_is_nan(op, rng):
     """Like jax.nn: a row of only -inf has no maximum to shift by, and comes out NaN."""

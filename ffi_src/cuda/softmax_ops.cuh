@@ -8,6 +8,11 @@
 #include "cuda/device_types.cuh"
 #include "cuda/row_tiles.cuh"
 
+// Knob for A/B runs: -DJAXNORM_SOFTMAX_EX2=0 gives 16-bit softmax forwards expf, as float32 has.
+#ifndef JAXNORM_SOFTMAX_EX2
+#define JAXNORM_SOFTMAX_EX2 1
+#endif
+
 namespace jaxnorm {
 
 template <int N>
@@ -58,10 +63,32 @@ struct SoftmaxFwdOp {
 
   __device__ void push(Stats& s, float v) const { maxsum_push(s, v); }
 
-  // exp(v - m) relative to the thread's own max m; softmax keeps it in place of v, so each
-  // element takes one exp: the output is that value times exp(m - row max) / sum.
+  // exp(v - m) for the loop kernel, which pushes one element at a time.
   __device__ static float exp_from(float v, float m) { return m == -INFINITY ? 0.f : expf(v - m); }
 
+  // Softmax keeps exp(v - m) relative to the thread's own max m in place of v, so each element
+  // takes one exp: the output is that value times exp(m - row max) / sum. A 16-bit result is
+  // rounded to 2^-9 or coarser, so its exp is the hardware ex2 (relative error ~2^-19 from the
+  // argument's rounding), three instructions instead of expf's ten: the bf16 softmax forwards
+  // were issue-bound (results/h100.md, Nsight Compute: 39 instructions an element against XLA's
+  // 24). Softmax adds kExpBias to the exponent, so an exp below float's normal range (bf16 has
+  // those outputs) is not flushed to zero; the sums carry the same 2^kExpBias, which cancels in
+  // exp(m - row max) / sum. Float32 keeps expf.
+  static constexpr float kExpBias = 64.f;
+  __device__ float exp_shifted(float d) const {
+    if constexpr (JAXNORM_SOFTMAX_EX2 != 0 && sizeof(T) == 2) {
+      float e;
+      const float arg = log ? d * 1.4426950408889634f : fmaf(d, 1.4426950408889634f, kExpBias);
+      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(arg));
+      return e;
+    } else {
+      return expf(d);
+    }
+  }
+
+  // The thread's max ignores NaN (one instruction an element, not nan_max's three): a NaN still
+  // makes its exp, and so the row's sum and every output, NaN, as in jax.nn. Only a thread whose
+  // elements are all -inf or NaN (or none) has m == -inf, where exp(v - m) would be NaN for -inf.
   template <int P, int N>
   __device__ Stats thread_stats(float (&v)[P][N], const bool (&ok)[P]) const {
     float m = -INFINITY;
@@ -69,17 +96,34 @@ struct SoftmaxFwdOp {
     for (int p = 0; p < P; ++p)
       if (ok[p])
 #pragma unroll
-        for (int i = 0; i < N; ++i) m = nan_max(m, v[p][i]);
+        for (int i = 0; i < N; ++i) m = fmaxf(m, v[p][i]);
     float sum = 0.f;
+    if (m == -INFINITY) {
 #pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p])
+      for (int p = 0; p < P; ++p)
+        if (ok[p])
 #pragma unroll
-        for (int i = 0; i < N; ++i) {
-          const float e = exp_from(v[p][i], m);
-          sum += e;
-          if (!log) v[p][i] = e;
-        }
+          for (int i = 0; i < N; ++i) {
+            const float e = v[p][i] != v[p][i] ? v[p][i] : 0.f;
+            sum += e;
+            if (!log) v[p][i] = e;
+          }
+    } else if (log) {
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (ok[p])
+#pragma unroll
+          for (int i = 0; i < N; ++i) sum += exp_shifted(v[p][i] - m);
+    } else {
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (ok[p])
+#pragma unroll
+          for (int i = 0; i < N; ++i) {
+            v[p][i] = exp_shifted(v[p][i] - m);
+            sum += v[p][i];
+          }
+    }
     return {m, sum};
   }
 
@@ -104,14 +148,26 @@ struct SoftmaxFwdOp {
 
   template <int N>
   __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r) const {
-    float keep[N], out[N];
-    load_keep<N>(mask, row * cols + col, keep);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
+    float out[N];
+    // Branches per pack, not per element: without a mask every element is kept.
+    if (mask == nullptr) {
       if (log) {
-        out[i] = softmax_apply(v[i], keep[i] != 0.f, r.row, true);
+#pragma unroll
+        for (int i = 0; i < N; ++i) out[i] = softmax_apply(v[i], true, r.row, true);
       } else {
-        out[i] = keep[i] != 0.f ? v[i] * r.scale : 0.f;
+#pragma unroll
+        for (int i = 0; i < N; ++i) out[i] = v[i] * r.scale;
+      }
+    } else {
+      float keep[N];
+      load_keep<N>(mask, row * cols + col, keep);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        if (log) {
+          out[i] = softmax_apply(v[i], keep[i] != 0.f, r.row, true);
+        } else {
+          out[i] = keep[i] != 0.f ? v[i] * r.scale : 0.f;
+        }
       }
     }
     store_pack<T, N>(y + row * cols + col, out);
