@@ -16,8 +16,8 @@ SEED_ENV = "JAXNORM_TEST_SEED"
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "wide(cpu=False): normalized width above 65536 (multi-block paths on GPU); skipped on "
-        "other backends unless cpu=True or JAXNORM_TEST_WIDE is set",
+        "markers", "wide(cpu=False): rows for the GPU kernels' multi-block (cluster) paths, large for the CPU "
+        "handlers; skipped on other backends unless cpu=True or JAXNORM_TEST_WIDE is set",
     )
 
 

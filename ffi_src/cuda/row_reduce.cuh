@@ -34,23 +34,73 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
   return v;
 }
 
+// A cluster's CTAs exchange each row's statistics by pushing them into every peer's shared
+// memory and arriving on the peer's mbarrier, so a CTA waits only until every peer's value has
+// landed, not for every thread of the cluster at a barrier. Knob for A/B runs:
+// -DJAXNORM_CLUSTER_MBARRIER=0 exchanges through a cluster barrier per row.
+#ifndef JAXNORM_CLUSTER_MBARRIER
+#define JAXNORM_CLUSTER_MBARRIER 1
+#endif
+
 // Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel. Two
 // copies, used by alternate rows, so one barrier per row suffices: a copy is rewritten (by a
-// thread of this CTA, or by a cluster peer's push) only two rows later, after every thread of
-// the CTA (cluster) has passed the barrier of the row in between, which each reaches only after
-// reading that copy.
+// thread of this CTA, or by a cluster peer's push) only two rows later. Every thread of the CTA
+// reads a copy before it reaches the next row's CTA barrier, which comes before this CTA's push
+// of the next row, and a peer reaches the row after that only once it has received that push.
 template <class S, int kWarps>
 struct RowReduceSmem {
+  unsigned long long arrived[2];  // mbarriers: the cluster's pushes of the row with that parity
   S warp[2][kWarps > 0 ? kWarps : 1];
   S cta[2][kMaxCluster];  // cta[parity][r]: the value of cluster CTA r
 };
 
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Before the first row_allreduce of a cluster kernel: the mbarriers expect one arrival from each
+// CTA of the cluster, and are initialized before any peer can arrive on them.
+template <int kCluster, class Smem>
+__device__ __forceinline__ void row_reduce_init(Smem& smem) {
+  if constexpr (kCluster > 1 && JAXNORM_CLUSTER_MBARRIER != 0) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(kCluster));
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cg::this_cluster().sync();
+  }
+}
+
+// Arrive, with release at cluster scope (the value pushed before it is visible to whoever
+// observes the arrival), on the mbarrier at `local` in the shared memory of cluster CTA `rank`.
+__device__ __forceinline__ void arrive_remote(unsigned long long* local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+// Wait, with acquire at cluster scope, for the phase with this parity of a local mbarrier.
+__device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned phase) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(phase)
+      : "memory");
+}
+
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else whole warps) and,
 // when kCluster > 1, over the kCluster CTAs of the cluster. Every thread of the CTA (and cluster)
-// must call it, with the row's parity (0, 1, 0, ...): it contains barriers. A kernel using
-// clusters must end with cluster_exit_sync().
+// must call it, with the worker's row count so far (0, 1, 2, ...): it contains barriers. A kernel
+// using clusters must call row_reduce_init() first and end with cluster_exit_sync().
 template <int kThreads, int kCluster, class S, class Merge, int kWarps>
-__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int parity) {
+__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int iter) {
+  const int parity = iter & 1;
   if constexpr (kThreads <= 32) {
     v = group_allreduce<kThreads>(v, merge);
   } else {
@@ -72,8 +122,17 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     // Each CTA pushes its value into every CTA's slot before the barrier, so the reads after it
     // are local: the remote latency overlaps the barrier instead of following it (bf16 forward
     // at 262144 columns: 0.90 -> 1.25x XLA, results/NOTES.md v6).
-    if (threadIdx.x < kCluster) *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
-    cluster.sync();
+    static_assert(kThreads > 32, "a cluster row spans whole warps (the reuse argument needs the CTA barrier)");
+    if constexpr (JAXNORM_CLUSTER_MBARRIER != 0) {
+      if (threadIdx.x < kCluster) {
+        *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
+        arrive_remote(&smem.arrived[parity], threadIdx.x);
+      }
+      wait_phase(&smem.arrived[parity], (iter >> 1) & 1);
+    } else {
+      if (threadIdx.x < kCluster) *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
+      cluster.sync();
+    }
     v = group_allreduce<kCluster>(smem.cta[parity][threadIdx.x % kCluster], merge);
   }
   return v;

@@ -100,8 +100,9 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
-  int parity = 0;
-  for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, parity ^= 1) {
+  row_reduce_init<kCluster>(red);
+  int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
+  for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, ++iter) {
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
     Pack<T, V> raw[kPacks];
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       if constexpr (holds_raw<Op>()) return op.thread_stats(raw, ok);
       else return op.thread_stats(v, ok);
     }();
-    const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, parity);
+    const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, iter);
     const auto r = op.finalize(s, mine, row, row_ok && t == 0);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -141,8 +142,8 @@ __global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, i
   __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
   const int t = threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
-  int parity = 0;
-  for (int64_t base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta, parity ^= 1) {
+  int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
+  for (int64_t base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta, ++iter) {
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
     Stats s = Op::identity();
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, i
         op.push(s, v[0]);
       }
     }
-    s = row_allreduce<kTPR, 1>(s, typename Op::Merge{}, red, parity);
+    s = row_allreduce<kTPR, 1>(s, typename Op::Merge{}, red, iter);
     // The row's statistics stand in for the thread's: values are re-read, not kept.
     const auto r = op.finalize(s, s, row, row_ok && t == 0);
     if (row_ok) {
@@ -190,14 +191,15 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
   const int64_t worker = blockIdx.x / kCluster;
   const int64_t stride = workers * kRowsPerCta;
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
+  row_reduce_init<kCluster>(red);
   float dg[kPacks][V], db[kPacks][V];
 #pragma unroll
   for (int p = 0; p < kPacks; ++p)
 #pragma unroll
     for (int i = 0; i < V; ++i) dg[p][i] = db[p][i] = 0.f;
 
-  int parity = 0;
-  for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, parity ^= 1) {
+  int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
+  for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, ++iter) {
     const int64_t row = group_row0 + base + slot;
     const bool row_ok = base + slot < rows_per_group;
     float a[kPacks][V], d[kPacks][V];
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (ok[p]) op.terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a[p], d[p], s);
-    s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, parity);
+    s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, iter);
     const auto r = op.finalize(in, s);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
@@ -270,8 +272,8 @@ __global__ void __launch_bounds__(kBlock) loop_bwd_kernel(Op op, int64_t rows, i
   __shared__ RowReduceSmem<Sum2, warps_for_reduce<kTPR, kBlock>()> red;
   const int t = threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
-  int parity = 0;
-  for (int64_t base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta, parity ^= 1) {
+  int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
+  for (int64_t base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta, ++iter) {
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
     const auto in = op.row_in(row, row_ok);
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(kBlock) loop_bwd_kernel(Op op, int64_t rows, i
         op.terms(in, row, col, a, d, s);
       }
     }
-    s = row_allreduce<kTPR, 1>(s, Sum2Merge{}, red, parity);
+    s = row_allreduce<kTPR, 1>(s, Sum2Merge{}, red, iter);
     const auto r = op.finalize(in, s);
     if (row_ok) {
       for (int64_t col = t; col < cols; col += kTPR) {
