@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from jaxnorm import norm as norm_impl
 from cases import (
-    DTYPES, F32, LAYER_NORM, NORMS, RMS_NORM, UNIT_ROUNDOFF, as_f64, assert_close,
+    BF16, DTYPES, F32, LAYER_NORM, NORMS, RMS_NORM, UNIT_ROUNDOFF, as_f64, assert_close,
     check_op, make_cotangent, make_params, make_x, op_and_param_subsets, op_params, run_both, tolerance,
 )
 
@@ -45,6 +45,14 @@ def test_saved_residuals(op, dtype, memory_efficient, rng):
 def test_memory_efficient_matches_reference(op, names, dtype, rng):
     # bounded_scale: x_hat = (y - bias) / scale amplifies y's rounding by 1/|scale|.
     check_op(op, rng, (5, 1024), DTYPES[dtype], names=names, bounded_scale=True, memory_efficient=True)
+
+
+# Rows for the cluster tiles, the widest with the backward's scale/bias partials in shared memory.
+@op_params(NORMS)
+@pytest.mark.parametrize("shape", [(64, 32768), (48, 262144)], ids=str)
+@pytest.mark.wide
+def test_memory_efficient_wide_rows(op, shape, rng):
+    check_op(op, rng, shape, BF16, bounded_scale=True, memory_efficient=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,12 +83,14 @@ def test_width_sweep(op, dtype, width, rng):
 
 
 # Cluster tiles (rows split over 2-16 CTAs) are persistent: each cluster takes several rows in
-# turn, reusing its statistics scratch and barriers every other row. Enough rows that every
-# cluster of the GPU runs at least three (bf16 32768: clusters of 2 forward, 2-4 backward;
-# float32 131072: clusters of 16).
+# turn, reusing its statistics scratch and barriers every other row, and the norm backward sums
+# its scale/bias partials over them. Enough rows that every cluster of the GPU runs at least
+# three (bf16 32768: clusters of 2 forward, 2-4 backward; float32 131072: clusters of 16; bf16
+# 262144: the widest tiles, with the backward's partials in shared memory).
 @op_params()
-@pytest.mark.parametrize("shape,dtype", [((400, 32768), "bfloat16"), ((64, 131072), "float32")],
-                         ids=["400x32768-bfloat16", "64x131072-float32"])
+@pytest.mark.parametrize("shape,dtype", [((400, 32768), "bfloat16"), ((64, 131072), "float32"),
+                                         ((48, 262144), "bfloat16")],
+                         ids=["400x32768-bfloat16", "64x131072-float32", "48x262144-bfloat16"])
 @pytest.mark.wide
 def test_cluster_workers_take_many_rows(op, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype])

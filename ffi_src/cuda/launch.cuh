@@ -34,7 +34,7 @@ int occupancy(K kernel, int threads, size_t dyn_smem = 0) {
 }
 
 // A launch configuration of clusters of `cluster` CTAs along x; `attr` holds its one attribute.
-inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, cudaStream_t stream,
+inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, size_t dyn_smem, cudaStream_t stream,
                                          cudaLaunchAttribute* attr) {
   attr->id = cudaLaunchAttributeClusterDimension;
   attr->val.clusterDim.x = cluster;
@@ -43,7 +43,7 @@ inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, cud
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = dyn_smem;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
@@ -56,34 +56,50 @@ cudaError_t allow_cluster(K kernel, int cluster) {
   return cluster > 8 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) : cudaSuccess;
 }
 
-// Launches kernel<<<grid, block, 0, stream>>>(args...) as clusters of `cluster` CTAs along x.
+// Dynamic shared memory beyond the default 48 KB must be allowed per kernel.
+template <class K>
+cudaError_t allow_smem(K kernel, size_t dyn_smem) {
+  return dyn_smem > 0 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(dyn_smem))
+                      : cudaSuccess;
+}
+
+// Launches kernel<<<grid, block, dyn_smem, stream>>>(args...) as clusters of `cluster` CTAs along x.
 template <class K, class... Args>
-ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t stream, const char* what,
-                  Args... args) {
+ffi::Error launch_with_smem(K kernel, dim3 grid, dim3 block, int cluster, size_t dyn_smem, cudaStream_t stream,
+                            const char* what, Args... args) {
   if (grid.x == 0 || grid.y == 0) return ffi::Error::Success();
+  cudaError_t e = allow_smem(kernel, dyn_smem);
+  if (e != cudaSuccess) return cuda_error(e, what);
   if (cluster <= 1) {
-    kernel<<<grid, block, 0, stream>>>(args...);
+    kernel<<<grid, block, dyn_smem, stream>>>(args...);
     return last_launch_error(what);
   }
-  cudaError_t e = allow_cluster(kernel, cluster);
+  e = allow_cluster(kernel, cluster);
   if (e != cudaSuccess) return cuda_error(e, what);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(grid, block, cluster, stream, &attr);
+  const cudaLaunchConfig_t cfg = cluster_config(grid, block, cluster, dyn_smem, stream, &attr);
   e = cudaLaunchKernelEx(&cfg, kernel, args...);
   if (e != cudaSuccess) return cuda_error(e, what);
   return last_launch_error(what);
 }
 
+template <class K, class... Args>
+ffi::Error launch(K kernel, dim3 grid, dim3 block, int cluster, cudaStream_t stream, const char* what,
+                  Args... args) {
+  return launch_with_smem(kernel, grid, block, cluster, 0, stream, what, args...);
+}
+
 // How many clusters of `cluster` CTAs of `kernel` fit on the device at once (>= 1), or 0 when the
 // cluster cannot be scheduled at all (then the caller takes another path).
 template <class K>
-int max_active_clusters(K kernel, int threads, int cluster) {
-  if (allow_cluster(kernel, cluster) != cudaSuccess) {
+int max_active_clusters(K kernel, int threads, int cluster, size_t dyn_smem = 0) {
+  if (allow_cluster(kernel, cluster) != cudaSuccess || allow_smem(kernel, dyn_smem) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster), dim3(threads), cluster, nullptr, &attr);
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster), dim3(threads), cluster, dyn_smem, nullptr, &attr);
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();

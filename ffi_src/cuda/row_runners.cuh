@@ -12,10 +12,14 @@ namespace jaxnorm {
 // Workers of `kernel` resident at once on the current device (0: a cluster shape that cannot be
 // scheduled, so the caller must use another kernel).
 template <class K>
-int resident_workers(K kernel, int threads, int cluster) {
+int resident_workers(K kernel, int threads, int cluster, size_t dyn_smem = 0) {
   const DeviceFacts& d = device_facts();
-  if (cluster > 1) return d.clusters ? max_active_clusters(kernel, threads, cluster) : 0;
-  return d.sms * occupancy(kernel, threads);
+  if (cluster > 1) return d.clusters ? max_active_clusters(kernel, threads, cluster, dyn_smem) : 0;
+  if (allow_smem(kernel, dyn_smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return d.sms * occupancy(kernel, threads, dyn_smem);
 }
 
 inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -79,7 +83,8 @@ struct BwdRunner {
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    static const int resident = resident_workers(kernel, kBlock, kCluster);
+    constexpr size_t smem = column_partials_smem<Op, kBlock, kPacks>();
+    static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows_per_group, kBlock / kTPR);
     int64_t workers = std::min<int64_t>(needed, std::max<int64_t>(1, resident / groups));
@@ -88,8 +93,8 @@ struct BwdRunner {
     } else if constexpr (one_shot_grid<kCluster>()) {
       workers = std::min<int64_t>(needed, kMaxGridX / kCluster);
     }
-    JN_RETURN_IF_ERROR(launch(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, stream, what, op,
-                              rows_per_group, cols, workspace, ws_rows));
+    JN_RETURN_IF_ERROR(launch_with_smem(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, smem,
+                                        stream, what, op, rows_per_group, cols, workspace, ws_rows));
     return reduce_columns(workers);
   }
 

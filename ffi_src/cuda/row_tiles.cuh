@@ -178,6 +178,74 @@ constexpr int bwd_min_ctas_per_sm() {
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
 
+// The scale/bias gradient partials of a thread's columns, summed over its worker's rows. In
+// registers; for the widest tile (twice the columns a thread of the others holds) in dynamic
+// shared memory instead, as [gradient][pack][float4 of the pack][thread] so a warp's float4
+// accesses are contiguous: the registers hold x and dy, and rows up to 262144 columns keep a tile
+// (the loop fallback reads each row three times: 31% of copy, results/h100.md).
+template <class Op, int kPacks>
+constexpr bool partials_in_smem() {
+  return Op::kColumnSums && kPacks > Op::kBudget.block_packs;
+}
+
+template <class Op, int kBlock, int kPacks>
+constexpr size_t column_partials_smem() {
+  return partials_in_smem<Op, kPacks>() ? 2 * kPacks * kVecOf<typename Op::Type> * kBlock * sizeof(float) : 0;
+}
+
+template <int kPacks, int V, int kBlock, bool kInSmem>
+struct ColumnPartials {
+  float g[kPacks][V], b[kPacks][V];
+  __device__ ColumnPartials() {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int i = 0; i < V; ++i) g[p][i] = b[p][i] = 0.f;
+  }
+  __device__ void get(int p, float (&gp)[V], float (&bp)[V]) const {
+#pragma unroll
+    for (int i = 0; i < V; ++i) gp[i] = g[p][i], bp[i] = b[p][i];
+  }
+  __device__ void put(int p, const float (&gp)[V], const float (&bp)[V]) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) g[p][i] = gp[i], b[p][i] = bp[i];
+  }
+};
+
+extern __shared__ float4 jn_dynamic_smem[];
+
+template <int kPacks, int V, int kBlock>
+struct ColumnPartials<kPacks, V, kBlock, true> {
+  static_assert(V % 4 == 0, "packs of whole float4s");
+  static constexpr int Q = V / 4;
+  __device__ static float4& at(int which, int p, int q) {
+    return jn_dynamic_smem[((which * kPacks + p) * Q + q) * kBlock + threadIdx.x];
+  }
+  __device__ ColumnPartials() {
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+        for (int q = 0; q < Q; ++q) at(w, p, q) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  __device__ void get(int p, float (&gp)[V], float (&bp)[V]) const {
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const float4 a = at(0, p, q), c = at(1, p, q);
+      gp[4 * q] = a.x, gp[4 * q + 1] = a.y, gp[4 * q + 2] = a.z, gp[4 * q + 3] = a.w;
+      bp[4 * q] = c.x, bp[4 * q + 1] = c.y, bp[4 * q + 2] = c.z, bp[4 * q + 3] = c.w;
+    }
+  }
+  __device__ void put(int p, const float (&gp)[V], const float (&bp)[V]) {
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      at(0, p, q) = make_float4(gp[4 * q], gp[4 * q + 1], gp[4 * q + 2], gp[4 * q + 3]);
+      at(1, p, q) = make_float4(bp[4 * q], bp[4 * q + 1], bp[4 * q + 2], bp[4 * q + 3]);
+    }
+  }
+};
+
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
@@ -192,11 +260,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
   const int64_t stride = workers * kRowsPerCta;
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
   row_reduce_init<kCluster>(red);
-  float dg[kPacks][V], db[kPacks][V];
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p)
-#pragma unroll
-    for (int i = 0; i < V; ++i) dg[p][i] = db[p][i] = 0.f;
+  ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>()> parts;
 
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
   for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, ++iter) {
@@ -220,8 +284,14 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
     s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, iter);
     const auto r = op.finalize(in, s);
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p)
-      if (ok[p]) op.emit(row, pack_col<kTPR, kCluster, V>(p, t), a[p], d[p], r, dg[p], db[p]);
+    for (int p = 0; p < kPacks; ++p) {
+      if (ok[p]) {
+        float gp[V], bp[V];
+        parts.get(p, gp, bp);
+        op.emit(row, pack_col<kTPR, kCluster, V>(p, t), a[p], d[p], r, gp, bp);
+        parts.put(p, gp, bp);
+      }
+    }
   }
   cluster_exit_sync<kCluster>();
 
@@ -232,10 +302,12 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
       for (int p = 0; p < kPacks; ++p) {
         const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
         if (col < cols) {
+          float gp[V], bp[V];
+          parts.get(p, gp, bp);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
-            out[col + i] = dg[p][i];
-            out[cols + col + i] = db[p][i];
+            out[col + i] = gp[i];
+            out[cols + col + i] = bp[i];
           }
         }
       }
@@ -244,13 +316,16 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
       constexpr int kSpan = kTPR * kPacks * V;  // columns one slot covers
       __shared__ float buf[2][kRowsPerCta][kSpan];
 #pragma unroll
-      for (int p = 0; p < kPacks; ++p)
+      for (int p = 0; p < kPacks; ++p) {
+        float gp[V], bp[V];
+        parts.get(p, gp, bp);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const int e = (p * kTPR + t) * V + i;
-          buf[0][slot][e] = dg[p][i];
-          buf[1][slot][e] = db[p][i];
+          buf[0][slot][e] = gp[i];
+          buf[1][slot][e] = bp[i];
         }
+      }
       __syncthreads();
       for (int e = threadIdx.x; e < kSpan && e < cols; e += kBlock) {
         float sg = 0.f, sb = 0.f;

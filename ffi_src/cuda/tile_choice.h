@@ -34,8 +34,10 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
 // backward gained from the L2 prefetch at every width (bf16 LayerNorm fwd+bwd at 4096: 89 -> 94%
 // of copy, at 256: 90 -> 98%); float32 tiles, with twice the bytes in flight per thread, lost
 // 4-14 points with it below 512-thread rows (results/NOTES.md v6).
+// The widest norm backward tile (32 elements a thread, clusters of 16: 262144 columns) keeps the
+// column partials in shared memory instead (row_tiles.cuh).
 constexpr TileBudget norm_backward_budget(int elem_bytes) {
-  return {elem_bytes == 4 ? 4 : 2, 512, 0, 256, elem_bytes == 4 ? 512 : 1};
+  return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, elem_bytes == 4 ? 512 : 1};
 }
 // The softmax backward holds y and dy: ~110-116 registers at 4 packs.
 constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512};
