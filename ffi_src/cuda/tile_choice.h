@@ -9,15 +9,18 @@ namespace jaxnorm {
 
 
 // What an op's registers afford: packs per thread for CTA-wide and cluster tiles, threads per CTA
-// for them (so enough CTAs fit per SM), a wider last-resort cluster tile (0 = none), the smallest
-// CTA for rows of more than 32 threads (a narrower row shares the CTA with others), and the row
-// span (threads, across a cluster) from which a worker's next rows are prefetched into L2.
+// for them (so enough CTAs fit per SM), a wider tile of max_block threads (0 = none), the
+// smallest CTA for rows of more than 32 threads (a narrower row shares the CTA with others), the
+// row span (threads, across a cluster) from which a worker's next rows are prefetched into L2,
+// and whether rows wider than one CTA of block_packs take the wide tile in half as many CTAs
+// (else it is the last resort, past clusters of 16).
 struct TileBudget {
   int block_packs;
   int max_block;
   int wide_packs;
   int min_block;
   int prefetch_threads;
+  bool wide_first = false;
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -36,8 +39,14 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
 // 4-14 points with it below 512-thread rows (results/NOTES.md v6).
 // The widest norm backward tile (32 elements a thread, clusters of 16: 262144 columns) keeps the
 // column partials in shared memory instead (row_tiles.cuh).
+// Knob for A/B runs: -DJAXNORM_BWD_WIDE_FIRST=1 gives 16-bit rows of 8K-131K columns that wide
+// tile in CTAs (clusters) of half the count.
+#ifndef JAXNORM_BWD_WIDE_FIRST
+#define JAXNORM_BWD_WIDE_FIRST 0
+#endif
 constexpr TileBudget norm_backward_budget(int elem_bytes) {
-  return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, elem_bytes == 4 ? 512 : 1};
+  return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, elem_bytes == 4 ? 512 : 1,
+          JAXNORM_BWD_WIDE_FIRST != 0 && elem_bytes == 2};
 }
 // The softmax backward holds y and dy: ~110-116 registers at 4 packs.
 constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512};
@@ -72,8 +81,16 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
         return c;
       }
     }
+    if (budget.wide_first && packs <= static_cast<int64_t>(max_block) * wide_packs) {
+      c.tpr = max_block, c.block = max_block, c.packs = wide_packs, c.cluster = 1;
+      return c;
+    }
     if (clusters) {
       for (int k : {2, 4, 8, 16}) {
+        if (budget.wide_first && packs <= static_cast<int64_t>(max_block) * wide_packs * k) {
+          c.tpr = max_block, c.block = max_block, c.packs = wide_packs, c.cluster = k;
+          return c;
+        }
         if (packs <= static_cast<int64_t>(max_block) * block_packs * k) {
           c.tpr = max_block, c.block = max_block, c.packs = block_packs, c.cluster = k;
           return c;
@@ -95,9 +112,10 @@ constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
   if (kTPR <= 32 || kBlock > max_block) return false;
-  if (kCluster == 1) return kPacks == block_packs && kBlock == cta_threads(kTPR, budget);
+  const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
+  if (kCluster == 1) return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && budget.wide_first);
   if (kTPR != kBlock || kBlock != max_block) return false;
-  return kPacks == block_packs || (kCluster == 16 && kPacks == wide_packs && wide_packs > block_packs);
+  return kPacks == block_packs || (wide && (kCluster == 16 || budget.wide_first));
 }
 
 // Every tile choose_tile may return, as X(tpr, block, packs, cluster).
