@@ -37,12 +37,14 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
 // backward gained from the L2 prefetch at every width (bf16 LayerNorm fwd+bwd at 4096: 89 -> 94%
 // of copy, at 256: 90 -> 98%); float32 tiles, with twice the bytes in flight per thread, lost
 // 4-14 points with it below 512-thread rows (results/NOTES.md v6).
-// The widest norm backward tile (32 elements a thread, clusters of 16: 262144 columns) keeps the
+// The wide norm backward tile (32 elements a thread; clusters of 16 hold 262144 columns) keeps the
 // column partials in shared memory instead (row_tiles.cuh).
-// Knob for A/B runs: -DJAXNORM_BWD_WIDE_FIRST=1 gives 16-bit rows of 8K-131K columns that wide
-// tile in CTAs (clusters) of half the count.
+// 16-bit rows of 16K-131K columns take that wide tile too, in half as many CTAs per row (one CTA
+// at 16384): bf16 norm forward+backward +0-12% against XLA in the same call, RMSNorm 16384
+// 0.94 -> 1.00x, 131072 0.76 -> 0.84x (results/NOTES.md v8). Knob for A/B runs:
+// -DJAXNORM_BWD_WIDE_FIRST=0 keeps them on 16-element tiles in clusters twice as large.
 #ifndef JAXNORM_BWD_WIDE_FIRST
-#define JAXNORM_BWD_WIDE_FIRST 0
+#define JAXNORM_BWD_WIDE_FIRST 1
 #endif
 constexpr TileBudget norm_backward_budget(int elem_bytes) {
   return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, elem_bytes == 4 ? 512 : 1,
