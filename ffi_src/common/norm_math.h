@@ -24,18 +24,22 @@ JN_HD float norm_apply(float x, float mean, float rstd, float gamma, float beta)
   return (x - mean) * rstd * gamma + beta;
 }
 
-// apex's clamp_by_magnitude: keeps 1/gamma finite when recovering x_hat from y.
-JN_HD float clamp_by_magnitude(float g, float eps) {
-  if (g >= 0.f) return g < eps ? eps : g;
-  return g > -eps ? -eps : g;
-}
+// apex's clamp_by_magnitude: keeps 1/gamma finite when recovering x_hat from y. Two instructions
+// (max of |g| and eps, g's sign): apex's compares, and a NaN gamma kept as NaN, cost five a
+// element, and a NaN gamma makes y, and so x_hat, NaN anyway. gamma = -0 becomes -eps, which
+// recovers x_hat = 0 from y - beta = 0 as +eps does.
+JN_HD float clamp_by_magnitude(float g, float eps) { return copysignf(fmaxf(fabsf(g), eps), g); }
 
-// a / b within 2 ulp for |b| < 2^126. On the GPU the reciprocal and a multiply, not IEEE
-// division's eight instructions and branch: with it the memory-efficient backward, which divides
-// once an element, ran 9-19% slower than the default at 16K-131K columns (results/h100.md).
+// a / b within 2 ulp, for |b| >= eps (clamp_by_magnitude) above float's subnormals; a subnormal b
+// (epsilon 0 and a subnormal scale) reads as 0. On the GPU the hardware reciprocal and a
+// multiply: IEEE division (eight instructions and a branch) and __fdividef's subnormal scaling
+// (three more) made the memory-efficient backward execute 42% more instructions than the
+// default's (Nsight Compute, results/h100.md).
 JN_HD float quotient(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __fdividef(a, b);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  return a * r;
 #else
   return a / b;
 #endif
