@@ -494,7 +494,8 @@ def main(argv=None):
     p.add_argument("--inputs", type=int, default=0,
                    help="N distinct inputs per timed call (default 4 for inputs >= 64 MiB, else 8)")
     p.add_argument("--impls", default="jaxnorm,xla,jaxnorm-me,tokamax",
-                   help="comma list of implementations to time (default jaxnorm,xla,tokamax)")
+                   help="comma list of implementations to time (default jaxnorm,xla,jaxnorm-me,tokamax; "
+                        "jaxnorm-me: the norms in memory-efficient mode, forward+backward only)")
     p.add_argument("--no-tokamax", action="store_true", help="do not try to import tokamax")
     p.add_argument("--budget", type=float, default=360.0,
                    help="seconds after which remaining shapes are skipped and recorded (360; "
