@@ -7,7 +7,7 @@ import numpy as np
 
 from jax.core import ShapedArray
 
-from jaxnorm._primitive import RowOp, make_primitive
+from jaxnorm._primitive import FfiOp, make_primitive
 
 F32 = np.float32
 
@@ -31,35 +31,59 @@ def _norm_bwd_workspace(avals_in, params):
     return [ShapedArray((groups, p, 2, cols), F32)]
 
 
-NORM_FWD = RowOp(
+NORM_FWD = FfiOp(
     name="jaxnorm_norm_fwd",
-    operands=("rows", "col", "col"),
-    results=(("rows", "x"), ("rowstat", F32), ("rowstat", F32)),
+    operands=("R,C", "C?", "C?"),
+    results=(("R,C", "x"), ("R", F32), ("R", F32)),
     attrs=("epsilon", "centered", "has_scale", "has_bias"),
 )
-NORM_BWD = RowOp(
+NORM_BWD = FfiOp(
     name="jaxnorm_norm_bwd",
-    operands=("rows", "rows", "rowstat", "rowstat", "col", "col"),
-    results=(("rows", "x"), ("groupcol", F32), ("groupcol", F32)),
+    operands=("R,C", "R,C", "R", "R", "C?", "C?"),
+    results=(("R,C", "x"), ("G,C", F32), ("G,C", F32)),
     attrs=("epsilon", "centered", "has_scale", "has_bias", "memory_efficient"),
     workspace=_norm_bwd_workspace,
 )
-SOFTMAX_FWD = RowOp(
+SOFTMAX_FWD = FfiOp(
     name="jaxnorm_softmax_fwd",
-    operands=("rows", "rows?"),
-    results=(("rows", "x"),),
+    operands=("R,C", "R,C?"),
+    results=(("R,C", "x"),),
     attrs=("log", "has_mask"),
 )
-SOFTMAX_BWD = RowOp(
+SOFTMAX_BWD = FfiOp(
     name="jaxnorm_softmax_bwd",
-    operands=("rows", "rows", "rows?"),
-    results=(("rows", "x"),),
+    operands=("R,C", "R,C", "R,C?"),
+    results=(("R,C", "x"),),
     attrs=("log", "has_mask"),
+)
+
+# Sampling: keys and the per-row parameters are grouped ("N"): one entry for all rows, one per
+# row, or one per vmapped example.
+SAMPLE = FfiOp(
+    name="jaxnorm_sample",
+    operands=("R,C", "N,*", "N", "N", "N", "N"),  # logits, keys, temperature, top_k, top_p, log min_p
+    results=(("R", np.int32),),
+    attrs=(),
+)
+FILTER = FfiOp(
+    name="jaxnorm_filter",
+    operands=("R,C", "N", "N", "N"),  # logits, top_k, top_p, log min_p
+    results=(("R,C", "x"),),
+    attrs=(),
+)
+TOP_K = FfiOp(
+    name="jaxnorm_top_k",
+    operands=("R,C",),
+    results=(("R,k", np.int32),),
+    attrs=("k",),
 )
 
 norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
 softmax_fwd_p = make_primitive(SOFTMAX_FWD)
 softmax_bwd_p = make_primitive(SOFTMAX_BWD)
+sample_p = make_primitive(SAMPLE)
+filter_p = make_primitive(FILTER)
+top_k_p = make_primitive(TOP_K)
 
-TARGETS = tuple(op.name for op in (NORM_FWD, NORM_BWD, SOFTMAX_FWD, SOFTMAX_BWD))
+TARGETS = tuple(op.name for op in (NORM_FWD, NORM_BWD, SOFTMAX_FWD, SOFTMAX_BWD, SAMPLE, FILTER, TOP_K))

@@ -1,17 +1,23 @@
-"""One helper that turns an FFI target over rows into a JAX primitive.
+"""One helper that turns every jaxnorm FFI target into a JAX primitive.
 
-Every jaxnorm handler works on rank-2 (rows, cols) operands; the public functions reshape the
-user's array into that view. Each operand and result has a *role* that says how its shape
-follows from (rows, cols) and how vmap folds a batch axis into it:
+Every handler works on operands of rank <= 2; the public functions reshape the user's arrays into
+that view. An op declares each operand's and result's shape as a *spec*, a comma-separated list
+of dimension symbols, and the helper derives abstract evaluation, the lowering and the vmap rule
+from the specs alone:
 
-  "rows"      (R, C)   the data: x, y, dy, dx. vmap folds the batch axis into R.
-  "rows?"     (R, C) or an empty placeholder (0,) when absent (the softmax mask).
-  "rowstat"   (R,)     per-row float32 statistics (mean, rstd). Folded into R.
-  "col"       (C,) or an empty placeholder (0,): per-column parameters (scale, bias), shared by
-              every row. A batched "col" cannot be folded; vmap then maps sequentially.
-  "groupcol"  (G, C)   per-group column sums (the scale/bias gradients). `groups` = G is a
-              parameter: rows split into G equal groups, and vmap multiplies G by the batch size,
-              so a vmapped gradient stays per-example without a loop.
+  "R"   the rows: the first operand's first dimension. vmap folds a batch axis into it.
+  "C"   the columns: the first operand's second dimension.
+  "N"   (operands, first dimension only) a *grouped* dimension of any size dividing R: row r
+        reads entry r // (R // N), so one entry can serve every row. vmap folds into it like R.
+  "*"   (operands) any size.
+  "G"   (results) the `groups` parameter: rows split into G equal groups (per-group column sums).
+        vmap multiplies G by the batch size, so per-example sums stay per example.
+  "k"   (results) the `k` parameter.
+  A trailing "?" marks an optional operand, passed as an empty placeholder (0,) when absent.
+
+An operand whose spec starts with "R" or "N" is batched by folding; any other operand (per-column
+parameters, "C") is shared by every row, and a batched one makes vmap map sequentially.
+A result's dtype is "x" (the first operand's) or a numpy dtype.
 
 Extra results that the kernels need as workspace (never seen by JAX users) are added in the
 lowering only, so their sizes may depend on the shapes without leaking into abstract evaluation.
@@ -38,29 +44,31 @@ NOT_MAPPED = None  # how batching rules mark an operand without a batch axis
 
 
 @dataclasses.dataclass(frozen=True)
-class RowOp:
+class FfiOp:
     name: str  # FFI target name, also the primitive's name
-    operands: tuple[str, ...]  # roles, see module docstring
-    results: tuple[tuple[str, object], ...]  # (role, dtype): dtype "x" means the first operand's
+    operands: tuple[str, ...]  # shape specs, see module docstring
+    results: tuple[tuple[str, object], ...]  # (spec, dtype): dtype "x" means the first operand's
     attrs: tuple[str, ...]  # params passed to the handler as FFI attributes
     # (avals_in, params) -> extra workspace results appended in the lowering
     workspace: Callable[[Sequence[ShapedArray], dict], list[ShapedArray]] | None = None
 
 
-def _result_avals(op: RowOp, avals, params):
-    rows, cols = avals[0].shape
+def _symbols(spec: str) -> list[str]:
+    return spec.rstrip("?").split(",")
+
+
+def _folds(spec: str) -> bool:
+    return _symbols(spec)[0] in ("R", "N")
+
+
+def _result_avals(op: FfiOp, avals, params):
+    lead = avals[0].shape
+    sizes = {"R": lead[0], "C": lead[1] if len(lead) > 1 else None,
+             "G": params.get("groups"), "k": params.get("k")}
     out = []
-    for role, dtype in op.results:
+    for spec, dtype in op.results:
         dt = avals[0].dtype if dtype == "x" else np.dtype(dtype)
-        if role == "rows":
-            shape = (rows, cols)
-        elif role == "rowstat":
-            shape = (rows,)
-        elif role == "groupcol":
-            shape = (params["groups"], cols)
-        else:
-            raise AssertionError(role)
-        out.append(result_aval(avals, shape, dt))
+        out.append(result_aval(avals, tuple(sizes[s] for s in _symbols(spec)), dt))
     return out
 
 
@@ -73,7 +81,7 @@ def _attr_value(v):
     return v
 
 
-def _lowering(ctx, *args, op: RowOp, platform: str, **params):
+def _lowering(ctx, *args, op: FfiOp, platform: str, **params):
     if platform == "cuda" and not _ffi.cuda_built():
         raise RuntimeError(_ffi.cuda_unavailable_reason())
     extra = op.workspace(ctx.avals_in, params) if op.workspace else []
@@ -94,13 +102,13 @@ def _fold(arg, bdim, size):
     return arg.reshape((size * arg.shape[1], *arg.shape[2:]))
 
 
-def _batching(args, dims, *, op: RowOp, prim: Primitive, **params):
+def _batching(args, dims, *, op: FfiOp, prim: Primitive, **params):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
-    col_batched = any(
-        role == "col" and d is not NOT_MAPPED for role, d in zip(op.operands, dims)
+    shared_batched = any(
+        not _folds(spec) and d is not NOT_MAPPED for spec, d in zip(op.operands, dims)
     )
-    if col_batched:
-        # Per-example scale/bias cannot share one launch: map over the batch, one call each.
+    if shared_batched:
+        # Per-example shared operands (scale/bias) cannot share one launch: map over the batch.
         moved = [a if d is NOT_MAPPED else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
         mapped_idx = [i for i, d in enumerate(dims) if d is not NOT_MAPPED]
 
@@ -114,9 +122,9 @@ def _batching(args, dims, *, op: RowOp, prim: Primitive, **params):
         return list(outs), [0] * len(outs)
 
     folded = []
-    for a, d, role in zip(args, dims, op.operands):
-        absent = role == "rows?" and a.ndim == 1
-        folded.append(a if role == "col" or absent else _fold(a, d, size))
+    for a, d, spec in zip(args, dims, op.operands):
+        absent = spec.endswith("?") and d is NOT_MAPPED and a.shape == (0,)
+        folded.append(_fold(a, d, size) if _folds(spec) and not absent else a)
     new_params = dict(params)
     if "groups" in params:
         new_params["groups"] = params["groups"] * size
@@ -125,7 +133,7 @@ def _batching(args, dims, *, op: RowOp, prim: Primitive, **params):
     return unfolded, [0] * len(unfolded)
 
 
-def make_primitive(op: RowOp) -> Primitive:
+def make_primitive(op: FfiOp) -> Primitive:
     prim = Primitive(op.name)
     prim.multiple_results = True
     prim.def_impl(partial(jax._src.dispatch.apply_primitive, prim))

@@ -48,3 +48,96 @@ def softmax(x, axis=-1, where=None):
 
 def log_softmax(x, axis=-1, where=None):
     return jax.nn.log_softmax(x.astype(_compute_dtype(x)), axis=_axes(x, axis), where=where).astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sampling (jaxnorm.sampling states the conventions in words; this is the definition).
+
+
+def _row_param(value, batch, default):
+    v = default if value is None else value
+    return jnp.broadcast_to(jnp.asarray(v), batch)[..., None]
+
+
+def _sampling_values(logits, axis):
+    """(v, m, s-less): logits moved to the last axis, NaN as -inf, a +inf row's +inf tokens as 0
+    and the rest -inf; and each row's maximum."""
+    x = jnp.moveaxis(logits, axis, -1).astype(_compute_dtype(logits))
+    v = jnp.where(jnp.isnan(x), -jnp.inf, x)
+    m = jnp.max(v, axis=-1, keepdims=True)
+    inf_row = m == jnp.inf
+    v = jnp.where(inf_row, jnp.where(v == jnp.inf, 0.0, -jnp.inf), v)
+    return v, jnp.where(inf_row, 0.0, m)
+
+
+def sampling_mask(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
+    """Which tokens ``jaxnorm.sample`` may draw (boolean, vocabulary axis moved last).
+
+    Per row, with v the logits (NaN as -inf), m = max(v), s = (v - m) / temperature:
+      greedy (temperature <= 0): every token (the sampler takes the argmax);
+      top-k (1 <= k < vocab): v >= the k-th largest v;
+      top-p (p < 1): the mass of strictly larger tokens within the top-k set, in
+        softmax(s) renormalized over that set, is below p (the top value always stays);
+      min-p: s >= log(min_p).
+    """
+    v, m = _sampling_values(logits, axis)
+    batch, vocab = v.shape[:-1], v.shape[-1]
+    t = _row_param(temperature, batch, 1.0).astype(v.dtype)
+    greedy = ~(t > 0)
+    s = jnp.where(greedy, 0.0, (v - m) / jnp.where(greedy, 1.0, t))
+
+    k = _row_param(top_k, batch, 0)
+    use_k = (k >= 1) & (k < vocab) & ~greedy
+    desc = -jnp.sort(-v, axis=-1)
+    kth = jnp.take_along_axis(desc, jnp.clip(k - 1, 0, vocab - 1), axis=-1)
+    keep = jnp.where(use_k, v >= kth, True)
+
+    p = _row_param(top_p, batch, 1.0).astype(v.dtype)
+    use_p = ~(p >= 1) & ~jnp.isnan(p) & ~greedy
+    w = jnp.where(keep, jnp.exp(s), 0.0)
+    # Mass of strictly larger values: the total minus the mass of values <= v (ascending sort).
+    order = jnp.argsort(v, axis=-1)
+    v_asc = jnp.take_along_axis(v, order, axis=-1)
+    cum = jnp.cumsum(jnp.take_along_axis(w, order, axis=-1), axis=-1)
+    last_le = jax.vmap(lambda a, q: jnp.searchsorted(a, q, side="right"))(
+        v_asc.reshape(-1, vocab), v.reshape(-1, vocab)).reshape(v.shape) - 1
+    z = cum[..., -1:]
+    above = z - jnp.take_along_axis(cum, last_le, axis=-1)
+    keep_p = (above < jnp.maximum(p, 0.0) * z) | (v == m)
+    keep = keep & jnp.where(use_p, keep_p, True)
+
+    mp = _row_param(min_p, batch, 0.0).astype(v.dtype)
+    keep = keep & jnp.where(greedy, True, s >= jnp.log(mp))
+    return keep
+
+
+def sampling_probs(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
+    """The exact distribution ``jaxnorm.sample`` draws from (vocabulary axis last): the filtered
+    softmax of logits / temperature, one-hot at the first argmax for greedy rows, all zero for a
+    row with no finite logit (where the sampler returns -1)."""
+    v, m = _sampling_values(logits, axis)
+    keep = sampling_mask(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
+    t = _row_param(temperature, v.shape[:-1], 1.0).astype(v.dtype)
+    greedy = ~(t > 0)
+    w = jnp.where(keep, jnp.exp((v - m) / jnp.where(greedy, 1.0, t)), 0.0)
+    probs = w / jnp.sum(w, axis=-1, keepdims=True)
+    onehot = jax.nn.one_hot(jnp.argmax(v, axis=-1), v.shape[-1], dtype=v.dtype)
+    probs = jnp.where(greedy, onehot, probs)
+    return jnp.where(m == -jnp.inf, 0.0, probs)
+
+
+def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
+    """A sort-based sampler of the same distribution (not the same random stream)."""
+    probs = sampling_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
+    tok = jax.random.categorical(key, jnp.log(probs), axis=-1)
+    return jnp.where(jnp.sum(probs, axis=-1) > 0, tok, -1).astype(jnp.int32)
+
+
+def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1):
+    keep = sampling_mask(logits, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
+    x = jnp.moveaxis(logits, axis, -1)
+    return jnp.moveaxis(jnp.where(keep, x, -jnp.inf).astype(logits.dtype), -1, axis)
+
+
+def top_k(operand, k):
+    return jax.lax.top_k(operand, k)

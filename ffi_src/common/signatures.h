@@ -11,6 +11,13 @@
 //                   G = independent row groups (vmap folds its axis into rows and groups)
 //   softmax_fwd: x (R, C), mask (R, C | 0) pred -> y (R, C)
 //   softmax_bwd: y (R, C), dy (R, C), mask (R, C | 0) pred -> dx (R, C)
+//   sample:      logits (R, V), keys (G, W) u32, temperature (P) f32, top_k (P) s32, top_p (P) f32,
+//                log_min_p (P) f32 -> tokens (R) s32
+//   filter:      logits (R, V), top_k (P) s32, top_p (P) f32, log_min_p (P) f32 -> filtered (R, V)
+//   top_k:       x (R, V) -> indices (R, k) s32; attribute k
+//                "Grouped" operands (keys and the per-row parameters, each its own G or P) have a
+//                first dimension dividing R: row r reads entry r / (R / G), so one entry serves
+//                every row and vmap folds a batch axis into them as into the rows.
 #pragma once
 
 #include <utility>
@@ -69,6 +76,48 @@ auto softmax_bwd_signature(B b) {
       .template Ret<ffi::AnyBuffer>()
       .template Attr<bool>("log")
       .template Attr<bool>("has_mask");
+}
+
+template <class B>
+auto sample_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto filter_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto top_k_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>().template Attr<int64_t>("k");
+}
+
+// A grouped operand (see the layouts above): `dtype`, rank <= 2, its first dimension G >= 1
+// dividing `rows`. Returns G and the trailing width through the pointers.
+inline ffi::Error check_grouped(const ffi::AnyBuffer& b, ffi::DataType dtype, int64_t rows, const char* what,
+                                int64_t* groups, int64_t* width = nullptr) {
+  JN_RETURN_IF_ERROR(check_dtype(b, dtype, what));
+  auto dims = b.dimensions();
+  const int64_t g = dims.size() == 0 ? 1 : dims[0];
+  const int64_t w = dims.size() == 2 ? dims[1] : 1;
+  if (dims.size() > 2 || g < 1 || w < 1 || (rows > 0 && rows % g != 0)) {
+    return ffi::Error::InvalidArgument(std::string("jaxnorm: ") + what + " must have a first dimension dividing " +
+                                       std::to_string(rows) + " rows");
+  }
+  *groups = g;
+  if (width) *width = w;
+  return ffi::Error::Success();
 }
 
 // Validates the norm operands shared by both directions; fills `shape`.

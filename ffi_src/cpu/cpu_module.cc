@@ -8,6 +8,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCpu);
 
 NB_MODULE(_jaxnorm_cpu, m) {
   m.def("registrations", []() {
@@ -16,6 +19,9 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCpu);
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCpu);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCpu);
+    JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCpu);
+    JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCpu);
+    JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCpu);
     return d;
   });
 }

@@ -10,6 +10,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCuda);
 
 NB_MODULE(_jaxnorm_cuda, m) {
   m.def("registrations", []() {
@@ -18,6 +21,9 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCuda);
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCuda);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCuda);
+    JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCuda);
+    JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCuda);
+    JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCuda);
     return d;
   });
   // Reads the current device (initializing CUDA): call only once JAX has a GPU backend.

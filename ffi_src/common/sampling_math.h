@@ -1,0 +1,118 @@
+// The per-element definitions of the sampling family, shared verbatim by the CPU handlers and the
+// CUDA kernels so both select the same tokens and draw the same noise (jaxnorm.reference is the
+// written spec; see jaxnorm/sampling.py for the conventions).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace jaxnorm {
+namespace sampling {
+
+// A float's bits mapped to an unsigned key with the same total order as lax.top_k's comparator:
+// -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
+JN_HD uint32_t order_key(uint32_t bits) { return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u); }
+JN_HD uint32_t key_bits(uint32_t key) { return (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key; }
+
+// The value sampling ranks: NaN never drawn (as -inf), -0 as +0 (one key for one value). In a row
+// whose maximum is +inf the +inf tokens share the whole mass: 0 for them, -inf for the rest.
+JN_HD float sampling_value(float x, bool inf_row) {
+  const float v = x != x ? -INFINITY : x + 0.0f;
+  return inf_row ? (v == INFINITY ? 0.0f : -INFINITY) : v;
+}
+
+// Philox-4x32-10 (Salmon et al., SC'11): a counter-based generator, so any element's random
+// word depends only on (key, counter), never on which thread or in which order it is drawn.
+struct Philox4 {
+  uint32_t v[4];
+};
+
+JN_HD uint32_t mulhi32(uint32_t a, uint32_t b) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
+}
+
+JN_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
+  for (int i = 0; i < 10; ++i) {
+    const uint32_t hi0 = mulhi32(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const uint32_t hi1 = mulhi32(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return Philox4{{c0, c1, c2, c3}};
+}
+
+// Distinguishes this family's streams from any other use of the same key words.
+constexpr uint32_t kStreamTag = 0x6a6e5331u;
+
+// The four random words of token group `group` (tokens 4*group .. 4*group+3) of a row.
+JN_HD Philox4 token_words(uint32_t group, uint32_t row_in_key, uint32_t k0, uint32_t k1) {
+  return philox4x32_10(group, row_in_key, kStreamTag, 0u, k0, k1);
+}
+
+// A uniform in (0, 1) from a word: odd multiples of 2^-24, never 0 or 1.
+JN_HD float open_uniform(uint32_t w) { return static_cast<float>(((w >> 9) << 1) | 1u) * 0x1p-24f; }
+
+// The probability mass exp(s) (s <= 0, relative to the row maximum) in fixed point: integer sums
+// are exact and associative, so thresholds do not depend on the order of the additions.
+constexpr double kMassScale = 0x1p38;  // rows up to 2^25 tokens cannot overflow 64 bits
+
+// The index into a grouped operand of G entries (signatures.h) that row r of `rows` reads.
+JN_HD int64_t group_of(int64_t r, int64_t rows, int64_t groups) { return r / (rows / groups); }
+
+// One row's sampling parameters, decoded from the grouped operands. Out-of-range values are
+// clamped as documented in jaxnorm/sampling.py: temperature <= 0 (or NaN) is greedy, top_k outside
+// [1, V) and top_p >= 1 (or NaN) are off, top_p <= 0 keeps only the top value.
+struct RowParams {
+  bool greedy;
+  float inv_t;
+  bool use_k;
+  int64_t k;
+  bool use_p;
+  double p;
+  float log_min_p;  // keep s >= log_min_p, s = (v - max) / temperature; -inf keeps all
+  uint32_t key0, key1, row_in_key;
+};
+
+JN_HD RowParams row_params(int64_t r, int64_t rows, int64_t cols, const float* temps, int64_t n_temps,
+                           const int32_t* top_k, int64_t n_k, const float* top_p, int64_t n_p,
+                           const float* log_min_p, int64_t n_m, const uint32_t* keys, int64_t n_keys,
+                           int64_t key_width) {
+  RowParams q;
+  const float t = temps ? temps[group_of(r, rows, n_temps)] : 1.0f;
+  q.greedy = !(t > 0.0f);
+  q.inv_t = q.greedy ? 1.0f : 1.0f / t;
+  q.k = top_k ? top_k[group_of(r, rows, n_k)] : 0;
+  q.use_k = !q.greedy && q.k >= 1 && q.k < cols;
+  const float p = top_p ? top_p[group_of(r, rows, n_p)] : 1.0f;
+  q.use_p = !q.greedy && !(p >= 1.0f) && p == p;
+  q.p = p > 0.0f ? static_cast<double>(p) : 0.0;
+  const float lm = log_min_p ? log_min_p[group_of(r, rows, n_m)] : -INFINITY;
+  q.log_min_p = q.greedy || lm != lm ? -INFINITY : (lm > 0.0f ? 0.0f : lm);
+  q.key0 = q.key1 = 0;
+  q.row_in_key = 0;
+  if (keys) {
+    const int64_t g = group_of(r, rows, n_keys);
+    const uint32_t* w = keys + g * key_width;
+    for (int64_t i = 0; i < key_width; ++i) {  // wider keys (rbg) folded into Philox's 64 bits
+      if (i % 2 == 0) q.key0 ^= w[i]; else q.key1 ^= w[i];
+    }
+    q.row_in_key = static_cast<uint32_t>(r % (rows / n_keys));
+  }
+  return q;
+}
+
+// The mass target of top-p over a candidate mass z: a value v is kept while the mass of the
+// strictly larger values is below p * z (never below one unit, so the top value always stays).
+JN_HD uint64_t top_p_target(double p, uint64_t z) {
+  const double t = ceil(p * static_cast<double>(z));
+  return t < 1.0 ? 1u : static_cast<uint64_t>(t);
+}
+
+}  // namespace sampling
+}  // namespace jaxnorm

@@ -1,0 +1,220 @@
+// Sampling CPU handlers: exact thresholds by selection and sorting per row, chunks of rows on
+// XLA's intra-op thread pool. The same definitions as the CUDA kernels (common/sampling_math.h):
+// the same fixed-point masses and the same Philox noise, so both draw the same tokens up to the
+// rounding of exp/log.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "common/sampling_math.h"
+#include "common/signatures.h"
+#include "cpu/host_float.h"
+#include "cpu/parallel_chunks.h"
+
+namespace jaxnorm {
+namespace {
+
+using sampling::RowParams;
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// One row's sampling view: values v (sampling_value), their keys, the maximum m.
+struct RowView {
+  std::vector<float> v;
+  std::vector<uint32_t> key;
+  float m = -INFINITY;
+};
+
+template <class T>
+void load_row(const T* x, int64_t cols, RowView* rv) {
+  rv->v.resize(cols);
+  rv->key.resize(cols);
+  float m = -INFINITY;
+  for (int64_t c = 0; c < cols; ++c) m = std::max(m, sampling::sampling_value(to_float(x[c]), false));
+  const bool inf_row = m == INFINITY;
+  for (int64_t c = 0; c < cols; ++c) {
+    rv->v[c] = sampling::sampling_value(to_float(x[c]), inf_row);
+    rv->key[c] = sampling::order_key(float_bits(rv->v[c]));
+  }
+  rv->m = inf_row ? 0.0f : m;
+}
+
+// The smallest key of the kept set under top-k then top-p (0 keeps every key).
+uint32_t key_threshold(const RowView& rv, const RowParams& q) {
+  const int64_t cols = static_cast<int64_t>(rv.key.size());
+  uint32_t t = 0;
+  if (q.use_k) {  // the k-th largest key; ties with it are kept
+    std::vector<uint32_t> k(rv.key);
+    std::nth_element(k.begin(), k.begin() + (q.k - 1), k.end(), std::greater<uint32_t>());
+    t = k[q.k - 1];
+  }
+  if (q.use_p) {
+    std::vector<int64_t> idx;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (rv.key[c] >= t) idx.push_back(c);
+    }
+    std::vector<uint64_t> mass(cols, 0);
+    uint64_t z = 0;
+    for (int64_t c : idx) {
+      mass[c] = static_cast<uint64_t>(
+          std::nearbyint(static_cast<double>(std::exp((rv.v[c] - rv.m) * q.inv_t)) * sampling::kMassScale));
+      z += mass[c];
+    }
+    std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return rv.key[a] > rv.key[b]; });
+    const uint64_t target = sampling::top_p_target(q.p, z);
+    uint64_t above = 0;  // mass of the values strictly larger than the current one
+    uint32_t tp = t;
+    for (size_t i = 0; i < idx.size();) {
+      if (above >= target) break;
+      const uint32_t k = rv.key[idx[i]];
+      tp = k;
+      for (; i < idx.size() && rv.key[idx[i]] == k; ++i) above += mass[idx[i]];
+    }
+    t = std::max(t, tp);
+  }
+  return t;
+}
+
+bool kept(const RowView& rv, const RowParams& q, uint32_t t, int64_t c) {
+  return rv.key[c] >= t && (rv.v[c] - rv.m) * q.inv_t >= q.log_min_p;
+}
+
+template <class T>
+int32_t sample_row(const T* x, int64_t cols, const RowParams& q, RowView* rv) {
+  load_row(x, cols, rv);
+  if (rv->m == -INFINITY) return -1;
+  if (q.greedy) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < cols; ++c) {
+      if (rv->v[c] > rv->v[best]) best = c;
+    }
+    return static_cast<int32_t>(best);
+  }
+  const uint32_t t = key_threshold(*rv, q);
+  float best = -INFINITY;
+  int32_t token = -1;
+  for (int64_t c = 0; c < cols; ++c) {
+    if (!kept(*rv, q, t, c)) continue;
+    const sampling::Philox4 w = sampling::token_words(static_cast<uint32_t>(c >> 2), q.row_in_key, q.key0, q.key1);
+    const float u = sampling::open_uniform(w.v[c & 3]);
+    const float score = (rv->v[c] - rv->m) * q.inv_t - std::log(-std::log(u));
+    if (score > best) {
+      best = score;
+      token = static_cast<int32_t>(c);
+    }
+  }
+  return token;
+}
+
+struct Grouped {
+  const void* data = nullptr;
+  int64_t n = 1;
+  int64_t width = 1;
+};
+
+ffi::Error grouped(const ffi::AnyBuffer& b, ffi::DataType dt, int64_t rows, const char* what, Grouped* g) {
+  JN_RETURN_IF_ERROR(check_grouped(b, dt, rows, what, &g->n, &g->width));
+  g->data = b.untyped_data();
+  return ffi::Error::Success();
+}
+
+RowParams params_of(int64_t r, const Rows& s, const Grouped* t, const Grouped& k, const Grouped& p,
+                    const Grouped& m, const Grouped* keys) {
+  return sampling::row_params(
+      r, s.rows, s.cols, t ? static_cast<const float*>(t->data) : nullptr, t ? t->n : 1,
+      static_cast<const int32_t*>(k.data), k.n, static_cast<const float*>(p.data), p.n,
+      static_cast<const float*>(m.data), m.n, keys ? static_cast<const uint32_t*>(keys->data) : nullptr,
+      keys ? keys->n : 1, keys ? keys->width : 1);
+}
+
+ffi::Error SampleCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                     ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p,
+                     ffi::Result<ffi::AnyBuffer> tokens) {
+  Rows s;
+  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
+  Grouped gk, gt, gtk, gtp, gm;
+  JN_RETURN_IF_ERROR(grouped(keys, ffi::DataType::U32, s.rows, "keys", &gk));
+  JN_RETURN_IF_ERROR(grouped(temps, ffi::DataType::F32, s.rows, "temperature", &gt));
+  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
+  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
+  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  int32_t* out = static_cast<int32_t*>(tokens->untyped_data());
+  return dispatch_float<CpuTypes>(x.element_type(), "logits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      RowView rv;
+      for (int64_t r = begin; r < end; ++r) {
+        out[r] = sample_row(xp + r * s.cols, s.cols, params_of(r, s, &gt, gtk, gtp, gm, &gk), &rv);
+      }
+    });
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error FilterCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                     ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
+  Rows s;
+  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
+  Grouped gtk, gtp, gm;
+  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
+  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
+  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  return dispatch_float<CpuTypes>(x.element_type(), "logits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    T* yp = static_cast<T*>(filtered->untyped_data());
+    const T neg_inf = from_float<T>(-INFINITY);
+    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      RowView rv;
+      for (int64_t r = begin; r < end; ++r) {
+        const RowParams q = params_of(r, s, nullptr, gtk, gtp, gm, nullptr);
+        const T* xr = xp + r * s.cols;
+        T* yr = yp + r * s.cols;
+        load_row(xr, s.cols, &rv);
+        const uint32_t t = rv.m == -INFINITY ? 0xffffffffu : key_threshold(rv, q);
+        for (int64_t c = 0; c < s.cols; ++c) yr[c] = rv.m != -INFINITY && kept(rv, q, t, c) ? xr[c] : neg_inf;
+      }
+    });
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error TopKCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> indices, int64_t k) {
+  Rows s;
+  JN_RETURN_IF_ERROR(rows_of(x, "x", &s));
+  if (k < 0 || k > s.cols) return ffi::Error::InvalidArgument("jaxnorm: top_k's k must lie in [0, columns]");
+  int32_t* out = static_cast<int32_t*>(indices->untyped_data());
+  return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      std::vector<uint32_t> key(s.cols);
+      std::vector<int32_t> idx(s.cols);
+      for (int64_t r = begin; r < end; ++r) {
+        for (int64_t c = 0; c < s.cols; ++c) key[c] = sampling::order_key(float_bits(to_float(xp[r * s.cols + c])));
+        std::iota(idx.begin(), idx.end(), 0);
+        // lax.top_k's order: larger first, the lower index first among equal values.
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+          return key[a] != key[b] ? key[a] > key[b] : a < b;
+        });
+        std::copy(idx.begin(), idx.begin() + k, out + r * k);
+      }
+    });
+    return ffi::Error::Success();
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleCpu, SampleCpu, sample_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCpu, FilterCpu, filter_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormTopKCpu, TopKCpu, top_k_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+
+}  // namespace jaxnorm

@@ -1,0 +1,427 @@
+// One kernel for the sampling family: a thread-block cluster takes a row, each CTA copies its
+// chunk of the row into shared memory once (the row's only DRAM read), and every later pass
+// (radix-select histograms, the Gumbel draw, the filtered store) reads those copies.
+//
+// Thresholds are found by radix select, 8 bits a pass from the top of an order-preserving key:
+// each CTA histograms its chunk in shared memory, the cluster sums the histograms through
+// distributed shared memory (each CTA reads every peer's, so all take the same decision), and
+// the bin holding the target is refined in the next pass. A pass stops early once the chosen bin
+// holds exactly what is still needed. Counts and fixed-point masses are integers, so the sums,
+// and therefore the thresholds, do not depend on the order of the atomic additions.
+//
+// Modes: kSample (one token a row: Gumbel-max over the kept tokens), kFilter (the logits with
+// the dropped tokens at -inf), kTopK (the k largest in lax.top_k's order: radix select on the
+// value key, then on the index among ties, then a rank sort of the k winners in CTA 0).
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/sampling_math.h"
+#include "cuda/device_types.cuh"
+
+namespace jaxnorm {
+namespace sampling {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBins = 256;
+constexpr int kMaxCluster = 16;
+constexpr int kTopKMax = 2048;
+
+enum Mode : int { kSample = 0, kFilter = 1, kTopK = 2 };
+
+template <class T>
+struct SelectArgs {
+  const T* x;
+  int64_t rows, cols;
+  int64_t chunk;    // columns per CTA (a multiple of the 16-byte pack)
+  bool resident;    // the chunk is copied into shared memory (else passes re-read global memory)
+  bool vec;         // rows are 16-byte aligned: copy by 16-byte packs
+  const uint32_t* keys;
+  int64_t n_keys, key_width;
+  const float* temps;
+  int64_t n_temps;
+  const int32_t* top_k;
+  int64_t n_k;
+  const float* top_p;
+  int64_t n_p;
+  const float* log_min_p;
+  int64_t n_m;
+  int64_t k;           // kTopK
+  int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
+  void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
+};
+
+struct SelectShared {
+  uint32_t cnt[2][kBins];               // this CTA's histogram, double-buffered across passes
+  unsigned long long mass[2][kBins];
+  float fval[2];                        // this CTA's published max / best score
+  int ival[2];                          // and best index
+  unsigned long long bin_cnt[kBins];    // the cluster's totals
+  unsigned long long bin_mass[kBins];
+  float wf[kWarps];
+  int wi[kWarps];
+  uint32_t dec_bin;
+  unsigned long long dec_above, dec_n, target;
+  uint32_t ncand;                       // CTA 0: top_k candidates gathered so far
+};
+
+__device__ __forceinline__ bool better(float s, int i, float bs, int bi) { return s > bs || (s == bs && i < bi); }
+
+// The cluster-wide maximum of v (NaN-free) or argmax of (score, index): every CTA publishes its
+// block result in its buffer of this phase, and after the cluster barrier reads all of them in
+// rank order, so every CTA holds the same answer.
+__device__ float cluster_max(const cg::cluster_group& cl, SelectShared& sh, int& phase, float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
+  if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = v;
+  __syncthreads();
+  const int b = phase++ & 1;
+  if (threadIdx.x == 0) {
+    float m = sh.wf[0];
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.wf[w]);
+    sh.fval[b] = m;
+  }
+  cl.sync();
+  float m = -INFINITY;
+  for (unsigned r = 0; r < cl.num_blocks(); ++r) m = fmaxf(m, *cl.map_shared_rank(&sh.fval[b], r));
+  return m;
+}
+
+__device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int& phase, float s, int i) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float s2 = __shfl_xor_sync(~0u, s, o);
+    const int i2 = __shfl_xor_sync(~0u, i, o);
+    if (better(s2, i2, s, i)) s = s2, i = i2;
+  }
+  if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = s, sh.wi[threadIdx.x / 32] = i;
+  __syncthreads();
+  const int b = phase++ & 1;
+  if (threadIdx.x == 0) {
+    float bs = sh.wf[0];
+    int bi = sh.wi[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (better(sh.wf[w], sh.wi[w], bs, bi)) bs = sh.wf[w], bi = sh.wi[w];
+    }
+    sh.fval[b] = bs;
+    sh.ival[b] = bi;
+  }
+  cl.sync();
+  float bs = -INFINITY;
+  int bi = 0x7fffffff;
+  for (unsigned r = 0; r < cl.num_blocks(); ++r) {
+    const float s2 = *cl.map_shared_rank(&sh.fval[b], r);
+    const int i2 = *cl.map_shared_rank(&sh.ival[b], r);
+    if (better(s2, i2, bs, bi)) bs = s2, bi = i2;
+  }
+  return bi;
+}
+
+// Histograms the elements i < n for which visit(i, digit, mass) is true, and leaves the
+// cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread.
+template <bool kMass, class Visit>
+__device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, Visit visit) {
+  const int b = phase++ & 1;
+  for (int i = threadIdx.x; i < kBins; i += kThreads) {
+    sh.cnt[b][i] = 0;
+    if (kMass) sh.mass[b][i] = 0;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    uint32_t d;
+    unsigned long long q = 0;
+    if (visit(i, d, q)) {
+      atomicAdd(&sh.cnt[b][d], 1u);
+      if (kMass) atomicAdd(&sh.mass[b][d], q);
+    }
+  }
+  cl.sync();
+  for (int bin = threadIdx.x; bin < kBins; bin += kThreads) {
+    unsigned long long c = 0, m = 0;
+    for (unsigned r = 0; r < cl.num_blocks(); ++r) {
+      c += *cl.map_shared_rank(&sh.cnt[b][bin], r);
+      if (kMass) m += *cl.map_shared_rank(&sh.mass[b][bin], r);
+    }
+    sh.bin_cnt[bin] = c;
+    if (kMass) sh.bin_mass[bin] = m;
+  }
+  __syncthreads();
+}
+
+// The first bin from the top whose running total (counts, or masses) reaches the target, or the
+// lowest non-empty bin when none does; sets sh.dec_bin, dec_above (the total above the bin) and
+// dec_n (its count). With p >= 0 the target is top_p_target(p, total) (kept in sh.target).
+template <bool kMass>
+__device__ void find_crossing(SelectShared& sh, unsigned long long target, double p) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    unsigned long long v[8], s = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int bin = kBins - 1 - 8 * lane - j;
+      v[j] = kMass ? sh.bin_mass[bin] : sh.bin_cnt[bin];
+      s += v[j];
+    }
+    unsigned long long incl = s;
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long t = __shfl_up_sync(~0u, incl, o);
+      if (lane >= o) incl += t;
+    }
+    if (p >= 0.0) target = top_p_target(p, __shfl_sync(~0u, incl, 31));
+    if (lane == 0) sh.target = target;
+    const unsigned long long excl = incl - s;
+    const unsigned cross = __ballot_sync(~0u, excl < target && incl >= target);
+    if (cross) {
+      if (lane == __ffs(cross) - 1) {
+        unsigned long long a = excl;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (a + v[j] >= target) {
+            const int bin = kBins - 1 - 8 * lane - j;
+            sh.dec_bin = bin, sh.dec_above = a, sh.dec_n = sh.bin_cnt[bin];
+            break;
+          }
+          a += v[j];
+        }
+      }
+    } else {
+      int low = -1;
+      unsigned long long a = excl, above = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int bin = kBins - 1 - 8 * lane - j;
+        if (sh.bin_cnt[bin] > 0) low = bin, above = a;
+        a += v[j];
+      }
+      const unsigned any = __ballot_sync(~0u, low >= 0);
+      if (any && lane == 31 - __clz(any)) sh.dec_bin = low, sh.dec_above = above, sh.dec_n = sh.bin_cnt[low];
+    }
+  }
+  __syncthreads();
+}
+
+// Radix select over the 32-bit keys that key_of(i, &key) yields (false: not a candidate) for the
+// `needed`-th largest; the key bits above `top_shift + 8` are already fixed by the caller's
+// predicate. Returns the threshold: every candidate key >= it is among the `needed` largest plus
+// ties with the last. *remaining gets how many of the threshold's ties are needed (exact when
+// the select ran to the last bit), *exact whether it did.
+template <class KeyOf>
+__device__ uint32_t count_select(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n,
+                                 unsigned long long needed, int top_shift, KeyOf key_of,
+                                 unsigned long long* remaining, bool* exact) {
+  uint32_t prefix = 0, pmask = 0;
+  *exact = false;
+  for (int shift = top_shift; shift >= 0; shift -= 8) {
+    cluster_histogram<false>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
+      uint32_t key;
+      if (!key_of(i, key) || (key & pmask) != prefix) return false;
+      d = (key >> shift) & 0xffu;
+      return true;
+    });
+    find_crossing<false>(sh, needed, -1.0);
+    needed -= sh.dec_above;
+    prefix |= sh.dec_bin << shift;
+    pmask |= 0xffu << shift;
+    if (sh.dec_n == needed) break;  // the whole bin is in
+    *exact = shift == 0;
+  }
+  *remaining = needed;
+  return prefix;
+}
+
+// The top-p threshold key among the keys >= t (see jaxnorm.sampling for the rule).
+template <class ValueOf>
+__device__ uint32_t mass_select(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, uint32_t t,
+                                double p, float m, float inv_t, ValueOf value_of) {
+  uint32_t prefix = 0, pmask = 0;
+  unsigned long long target = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    cluster_histogram<true>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long& q) {
+      const float v = value_of(i);
+      const uint32_t key = order_key(__float_as_uint(v));
+      if (key < t || (key & pmask) != prefix) return false;
+      d = (key >> shift) & 0xffu;
+      q = __float2ull_rn(__expf((v - m) * inv_t) * static_cast<float>(kMassScale));
+      return true;
+    });
+    find_crossing<true>(sh, target, shift == 24 ? p : -1.0);
+    target = sh.target - sh.dec_above;
+    prefix |= sh.dec_bin << shift;
+    pmask |= 0xffu << shift;
+    if (sh.dec_n == 1) break;
+  }
+  return prefix;
+}
+
+template <class T, int kMode>
+__global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char dyn[];
+  __shared__ SelectShared sh;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int rank = static_cast<int>(cl.block_rank());
+  const int64_t c0 = min(a.cols, rank * a.chunk);
+  const int n = static_cast<int>(min(a.cols, c0 + a.chunk) - c0);
+  T* smem_chunk = reinterpret_cast<T*>(dyn);
+  unsigned long long* cand = reinterpret_cast<unsigned long long*>(dyn + a.cand_offset);
+  if (threadIdx.x == 0) sh.ncand = 0;
+  int phase = 0;
+
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    const T* grow = a.x + r * a.cols + c0;
+    const T* src = a.resident ? smem_chunk : grow;
+    float lmax = -INFINITY;
+    if (a.resident) {
+      constexpr int N = kVecOf<T>;
+      int i0 = 0;
+      if (a.vec) {
+        for (int pk = threadIdx.x; pk < n / N; pk += kThreads) {
+          const Pack<T, N> v = load_raw<T, N>(grow + pk * N);
+          *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v;
+#pragma unroll
+          for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(to_float(v.v[j]), false));
+        }
+        i0 = n / N * N;
+      }
+      for (int i = i0 + threadIdx.x; i < n; i += kThreads) {
+        const T v = grow[i];
+        smem_chunk[i] = v;
+        lmax = fmaxf(lmax, sampling_value(to_float(v), false));
+      }
+    } else if (kMode != kTopK) {
+      for (int i = threadIdx.x; i < n; i += kThreads) lmax = fmaxf(lmax, sampling_value(to_float(grow[i]), false));
+    }
+    __syncthreads();
+
+    if constexpr (kMode == kTopK) {
+      const uint32_t last = static_cast<uint32_t>(a.cols - 1);
+      auto value_key = [&](int i, uint32_t& key) {
+        key = order_key(__float_as_uint(to_float(src[i])));
+        return true;
+      };
+      unsigned long long remaining;
+      bool exact;
+      const uint32_t tv = count_select(cl, sh, phase, n, a.k, 24, value_key, &remaining, &exact);
+      uint32_t ti = 0;  // among ties with tv, the index keys (last - index) >= ti are in
+      if (exact && remaining < sh.dec_n) {
+        const int bits = 32 - __clz(last);
+        bool exact_i;
+        ti = count_select(cl, sh, phase, n, remaining, (bits - 1) / 8 * 8,
+                          [&](int i, uint32_t& key) {
+                            key = last - static_cast<uint32_t>(c0 + i);
+                            return order_key(__float_as_uint(to_float(src[i]))) == tv;
+                          },
+                          &remaining, &exact_i);
+      }
+      // Gather the k winners into CTA 0 (slots by a warp-aggregated atomic: any order, sorted below).
+      unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
+      unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
+      for (int base = 0; base < n; base += kThreads) {
+        const int i = base + threadIdx.x;
+        bool sel = false;
+        uint32_t key = 0, ikey = 0;
+        if (i < n) {
+          key = order_key(__float_as_uint(to_float(src[i])));
+          ikey = last - static_cast<uint32_t>(c0 + i);
+          sel = key > tv || (key == tv && ikey >= ti);
+        }
+        const unsigned ball = __ballot_sync(~0u, sel);
+        if (ball == 0) continue;
+        const int lane = threadIdx.x % 32;
+        unsigned slot0 = 0;
+        if (lane == __ffs(ball) - 1) slot0 = atomicAdd(ncand, __popc(ball));
+        slot0 = __shfl_sync(~0u, slot0, __ffs(ball) - 1);
+        const unsigned slot = slot0 + __popc(ball & ((1u << lane) - 1));
+        if (sel && slot < a.k) cand0[slot] = (static_cast<unsigned long long>(key) << 32) | ikey;
+      }
+      cl.sync();
+      if (rank == 0) {
+        int32_t* out = static_cast<int32_t*>(a.out) + r * a.k;
+        for (int i = threadIdx.x; i < a.k; i += kThreads) {
+          const unsigned long long ki = cand[i];
+          int pos = 0;
+          for (int j = 0; j < a.k; ++j) pos += cand[j] > ki;
+          out[pos] = static_cast<int32_t>(last - static_cast<uint32_t>(ki));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) sh.ncand = 0;
+      }
+    } else {
+      float m = cluster_max(cl, sh, phase, lmax);
+      const bool inf_row = m == INFINITY;
+      if (inf_row) m = 0.0f;
+      auto value_of = [&](int i) { return sampling_value(to_float(src[i]), inf_row); };
+      const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
+                                     a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
+      uint32_t t = 0xffffffffu;  // no token kept when the row has no finite logit
+      if (m != -INFINITY && !q.greedy) {
+        t = 0;
+        if (q.use_k) {
+          unsigned long long remaining;
+          bool exact;
+          t = count_select(cl, sh, phase, n, q.k, 24,
+                           [&](int i, uint32_t& key) {
+                             key = order_key(__float_as_uint(value_of(i)));
+                             return true;
+                           },
+                           &remaining, &exact);
+        }
+        if (q.use_p) t = max(t, mass_select(cl, sh, phase, n, t, q.p, m, q.inv_t, value_of));
+      }
+      auto kept = [&](float v) {
+        return order_key(__float_as_uint(v)) >= t && (v - m) * q.inv_t >= q.log_min_p;
+      };
+      if constexpr (kMode == kFilter) {
+        T* out = static_cast<T*>(a.out) + r * a.cols + c0;
+        const T neg_inf = from_float<T>(-INFINITY);
+        for (int i = threadIdx.x; i < n; i += kThreads) {
+          const T x = src[i];
+          out[i] = kept(sampling_value(to_float(x), inf_row)) ? x : neg_inf;
+        }
+      } else {
+        float best = -INFINITY;
+        int best_i = 0x7fffffff;
+        if (m != -INFINITY && q.greedy) {
+          for (int i = threadIdx.x; i < n; i += kThreads) {
+            const float v = value_of(i);
+            if (better(v, static_cast<int>(c0) + i, best, best_i)) best = v, best_i = static_cast<int>(c0) + i;
+          }
+        } else if (m != -INFINITY) {
+          // Tokens in groups of four share one Philox call (the chunk starts at a multiple of 4).
+          for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
+            float s[4];
+            bool keep[4], any = false;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const int i = 4 * g + j;
+              const float v = i < n ? value_of(i) : -INFINITY;
+              keep[j] = i < n && kept(v);
+              s[j] = (v - m) * q.inv_t;
+              any |= keep[j];
+            }
+            if (!any) continue;
+            const Philox4 w = token_words(static_cast<uint32_t>((c0 >> 2) + g), q.row_in_key, q.key0, q.key1);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float score = s[j] - __logf(-__logf(open_uniform(w.v[j])));
+              const int idx = static_cast<int>(c0) + 4 * g + j;
+              if (keep[j] && better(score, idx, best, best_i)) best = score, best_i = idx;
+            }
+          }
+        }
+        const int token = cluster_argmax(cl, sh, phase, best, best_i);
+        if (rank == 0 && threadIdx.x == 0) {
+          static_cast<int32_t*>(a.out)[r] = m == -INFINITY || token == 0x7fffffff ? -1 : token;
+        }
+      }
+    }
+    __syncthreads();  // the next row's copy overwrites the chunk
+  }
+  cl.sync();  // no CTA leaves while a peer may still read its shared memory
+}
+
+}  // namespace sampling
+}  // namespace jaxnorm

@@ -1,0 +1,144 @@
+// CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh).
+#include "common/signatures.h"
+#include "cuda/launch.cuh"
+#include "cuda/sampling/row_select.cuh"
+
+namespace jaxnorm {
+namespace {
+
+using namespace sampling;
+
+// Columns of one CTA's share of a row: about 32 KB, so a cluster of up to 16 CTAs spreads a wide
+// row over many SMs and several clusters fit on an SM; rows past 16 CTAs of 160 KB are not copied
+// into shared memory (the passes then re-read global memory, mostly from L2).
+constexpr int64_t kChunkBytes = 32 << 10;
+constexpr int64_t kMaxResidentBytes = 160 << 10;
+
+template <class T>
+struct Plan {
+  int cluster = 1;
+  size_t dyn_smem = 0;
+};
+
+template <class T>
+Plan<T> plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
+  Plan<T> p;
+  const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(T));
+  while (p.cluster < kMaxCluster && bytes > kChunkBytes * p.cluster) p.cluster *= 2;
+  constexpr int64_t N = kVecOf<T>;
+  a->chunk = ceil_div(ceil_div(a->cols, p.cluster), N) * N;
+  const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(T));
+  a->resident = chunk_bytes <= kMaxResidentBytes;
+  a->vec = bytes % 16 == 0;
+  a->cand_offset = a->resident ? ceil_div(chunk_bytes, 16) * 16 : 0;
+  p.dyn_smem = static_cast<size_t>(a->cand_offset + extra_smem);
+  return p;
+}
+
+template <class T, int kMode>
+ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
+  if (a.rows == 0) return ffi::Error::Success();
+  const Plan<T> p = plan_rows(&a, extra_smem);
+  auto kernel = select_rows<T, kMode>;
+  cudaError_t e = allow_smem(kernel, p.dyn_smem);
+  if (e == cudaSuccess) e = allow_cluster(kernel, p.cluster);
+  if (e != cudaSuccess) return cuda_error(e, what);
+  cudaLaunchAttribute attr;
+  const dim3 grid(p.cluster, static_cast<unsigned>(std::min<int64_t>(a.rows, 65535)));
+  const cudaLaunchConfig_t cfg = cluster_config(grid, dim3(kThreads), p.cluster, p.dyn_smem, stream, &attr);
+  e = cudaLaunchKernelEx(&cfg, kernel, a);
+  if (e != cudaSuccess) return cuda_error(e, what);
+  return last_launch_error(what);
+}
+
+struct Grouped {
+  const void* data = nullptr;
+  int64_t n = 1, width = 1;
+};
+
+ffi::Error grouped(const ffi::AnyBuffer& b, ffi::DataType dt, int64_t rows, const char* what, Grouped* g) {
+  JN_RETURN_IF_ERROR(check_grouped(b, dt, rows, what, &g->n, &g->width));
+  g->data = b.untyped_data();
+  return ffi::Error::Success();
+}
+
+template <class T>
+void set_filters(SelectArgs<T>* a, const Grouped& k, const Grouped& p, const Grouped& m) {
+  a->top_k = static_cast<const int32_t*>(k.data), a->n_k = k.n;
+  a->top_p = static_cast<const float*>(p.data), a->n_p = p.n;
+  a->log_min_p = static_cast<const float*>(m.data), a->n_m = m.n;
+}
+
+ffi::Error SampleCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                      ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p,
+                      ffi::Result<ffi::AnyBuffer> tokens) {
+  Rows s;
+  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
+  Grouped gk, gt, gtk, gtp, gm;
+  JN_RETURN_IF_ERROR(grouped(keys, ffi::DataType::U32, s.rows, "keys", &gk));
+  JN_RETURN_IF_ERROR(grouped(temps, ffi::DataType::F32, s.rows, "temperature", &gt));
+  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
+  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
+  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SelectArgs<T> a{};
+    a.x = static_cast<const T*>(x.untyped_data());
+    a.rows = s.rows, a.cols = s.cols;
+    a.keys = static_cast<const uint32_t*>(gk.data), a.n_keys = gk.n, a.key_width = gk.width;
+    a.temps = static_cast<const float*>(gt.data), a.n_temps = gt.n;
+    set_filters(&a, gtk, gtp, gm);
+    a.out = tokens->untyped_data();
+    return launch_select<T, kSample>(stream, a, 0, "sample");
+  });
+}
+
+ffi::Error FilterCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                      ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
+  Rows s;
+  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
+  Grouped gtk, gtp, gm;
+  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
+  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
+  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SelectArgs<T> a{};
+    a.x = static_cast<const T*>(x.untyped_data());
+    a.rows = s.rows, a.cols = s.cols;
+    set_filters(&a, gtk, gtp, gm);
+    a.out = filtered->untyped_data();
+    return launch_select<T, kFilter>(stream, a, 0, "filter_logits");
+  });
+}
+
+ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> indices, int64_t k) {
+  Rows s;
+  JN_RETURN_IF_ERROR(rows_of(x, "x", &s));
+  if (k < 1 || k > s.cols || k > kTopKMax) {
+    return ffi::Error::InvalidArgument("jaxnorm: top_k's k must lie in [1, min(columns, 2048)]");
+  }
+  return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SelectArgs<T> a{};
+    a.x = static_cast<const T*>(x.untyped_data());
+    a.rows = s.rows, a.cols = s.cols;
+    a.k = k;
+    a.out = indices->untyped_data();
+    return launch_select<T, kTopK>(stream, a, k * 8, "top_k");
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleCuda, SampleCuda,
+                              sample_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCuda, FilterCuda,
+                              filter_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormTopKCuda, TopKCuda,
+                              top_k_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace jaxnorm

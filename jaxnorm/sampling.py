@@ -1,0 +1,242 @@
+"""Token sampling without sorting: temperature, top-k, top-p, min-p, and a fast ``top_k``.
+
+The conventions (``jaxnorm.reference.sampling_mask`` is the written spec):
+
+- Logits are divided by ``temperature``; ``temperature=0`` (any value <= 0) is greedy: the argmax,
+  the lowest index on ties, and the filters are ignored.
+- Filters apply in this order: **top-k, then top-p within the top-k set, then min-p**.
+  - top-k keeps every token whose logit is >= the k-th largest (ties with it are all kept).
+  - top-p keeps token i while the probability mass of the tokens with strictly larger logits
+    (renormalized within the top-k set) is below ``top_p``: the smallest set of top tokens whose
+    mass reaches ``top_p``, plus ties. The most likely token is always kept.
+  - min-p keeps tokens whose probability is >= ``min_p`` times the largest probability.
+- NaN logits are never drawn (as ``-inf``). If a row's maximum is ``+inf``, its ``+inf`` tokens
+  share all the mass equally. A row with no finite-probability token (all ``-inf``/NaN) returns
+  token ``-1``.
+- Per-row parameter arrays are not checked at trace time; their values are clamped: ``top_k``
+  outside ``[1, vocab)`` is off, ``top_p >= 1`` (or NaN) is off, ``top_p <= 0`` keeps only the top
+  token(s), ``min_p <= 0`` is off, ``min_p >= 1`` keeps only the top token(s). Python scalars are
+  checked and out-of-range values raise.
+
+Randomness: the noise is drawn inside the kernel by a counter-based generator, Philox-4x32-10,
+keyed by the JAX key's data, with the token index (and, for a single key shared by the batch, the
+row index) as its counter. A token is the argmax of ``logit / temperature + Gumbel noise`` over the
+kept tokens (the Gumbel-max trick, an exact sampler of the renormalized distribution). Hence the
+same key and logits give the same token, run to run, on any batch composition when every row has
+its own key; CPU and GPU draw the same noise. The kernels read the logits once, hold each row in
+the shared memory of a thread-block cluster, and find the top-k/top-p thresholds by radix select on
+those copies, with masses summed in 64-bit fixed point (exact, order-independent): no sort, no
+atomics that change results.
+
+Forward only: none of these ops has a gradient, except ``top_k``'s values (like ``lax.top_k``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from jaxnorm import _checks
+from jaxnorm._ops import filter_p, sample_p, top_k_p
+
+# The largest k the top_k kernel takes (its candidates are sorted in one CTA's shared memory).
+TOP_K_MAX = 2048
+
+
+def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
+    """Draws one token per row of ``logits`` from the filtered, temperature-scaled softmax.
+
+    Equivalent in distribution to (``jaxnorm.reference.sample``)::
+
+        keep = reference.sampling_mask(logits, temperature=..., top_k=..., top_p=..., min_p=...)
+        jax.random.categorical(key, jnp.where(keep, logits / temperature, -jnp.inf))
+
+    Args:
+      key: a PRNG key (``jax.random.key``) or a raw ``uint32`` key (``jax.random.PRNGKey``): one
+        key for the whole batch, or one per row (shape = ``logits.shape`` without ``axis``). With
+        one key per row, each row's token depends only on its own key and logits.
+      logits: float32, bfloat16 or float16, any leading shape.
+      temperature: Python scalar >= 0, or an array with one value per row; 0 means greedy.
+      top_k: int in [0, vocab] (0 or None: off), or an int array with one value per row.
+      top_p: float in (0, 1] (None or 1: off), or an array with one value per row.
+      min_p: float in [0, 1] (None or 0: off), or an array with one value per row.
+      axis: the vocabulary axis.
+
+    Returns:
+      int32 token ids, of shape ``logits.shape`` without ``axis`` (-1 for a row with no token of
+      positive probability).
+    """
+    fn = "sample"
+    x, batch = _logits_rows(logits, axis, fn)
+    keys = _key_rows(key, batch, fn)
+    temps = _per_row(temperature, batch, fn, "temperature", 1.0, jnp.float32, _check_temperature)
+    k, p, lmp = _filters(top_k, top_p, min_p, batch, x.shape[1], fn)
+    if x.shape[0] == 0:
+        return jnp.zeros(batch, jnp.int32)
+    (tokens,) = sample_p.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp)  # integer tokens: no gradient
+    return tokens.reshape(batch)
+
+
+def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1):
+    """``logits`` with every token outside top-k, then top-p, then min-p set to ``-inf``.
+
+    For users who sample themselves: ``jax.random.categorical(key, filter_logits(x / t, ...))``
+    draws from exactly the distribution ``sample(key, x, temperature=t, ...)`` draws from.
+    Equivalent to ``jnp.where(reference.sampling_mask(logits, ...), logits, -jnp.inf)`` (NaN
+    logits become ``-inf``). Arguments as in ``sample``; the same dtype and shape come back.
+    """
+    fn = "filter_logits"
+    x, batch = _logits_rows(logits, axis, fn)
+    k, p, lmp = _filters(top_k, top_p, min_p, batch, x.shape[1], fn)
+    if x.shape[0] == 0:
+        return logits
+    (y,) = filter_p.bind(x, k, p, lmp)
+    return jnp.moveaxis(y.reshape(*batch, x.shape[1]), -1, _axis(logits, axis, fn))
+
+
+def top_k(operand, k):
+    """The ``k`` largest entries of the last axis and their indices: a drop-in for ``lax.top_k``.
+
+    Same order and tie rule: values in descending order, equal values by ascending index; NaN
+    sorts above ``+inf`` (and ``-NaN`` below ``-inf``), ``-0`` below ``+0``, like ``lax.top_k``.
+    Differentiable in the values (the gradient flows to the selected entries). One radix select
+    over each row held in a cluster's shared memory, then a sort of the k winners. ``k`` above
+    ``TOP_K_MAX`` (2048) is computed by ``lax.top_k`` instead, as this docstring says.
+
+    Returns:
+      (values, indices): values of ``operand``'s dtype, int32 indices, both of shape
+      ``operand.shape[:-1] + (k,)``.
+    """
+    fn = "top_k"
+    operand = _checks.as_array(operand, fn, "operand")
+    _checks.check_input_dtype(operand, fn, "operand")
+    if operand.ndim == 0:
+        raise ValueError(f"{fn}: `operand` must have at least one axis, got a scalar")
+    cols = operand.shape[-1]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{fn}: `k` must be a Python int, got {type(k).__name__}")
+    k = int(k)
+    if not 0 <= k <= cols:
+        raise ValueError(f"{fn}: `k` must lie in [0, {cols}] (the last axis of shape {tuple(operand.shape)}), got {k}")
+    if k > TOP_K_MAX:
+        return jax.lax.top_k(operand, k)
+    lead = operand.shape[:-1]
+    rows = math.prod(lead)
+    if rows == 0 or k == 0:
+        return jnp.zeros((*lead, k), operand.dtype), jnp.zeros((*lead, k), jnp.int32)
+    # Indices carry no gradient; the values' gradient flows through the gather below.
+    (idx,) = top_k_p.bind(jax.lax.stop_gradient(operand).reshape(rows, cols), k=k)
+    idx = idx.reshape(*lead, k)
+    return jnp.take_along_axis(operand, idx, axis=-1), idx
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument handling
+
+
+def _axis(logits, axis, fn):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{fn}: `axis` must be an int, got {axis!r}")
+    if logits.ndim == 0:
+        raise ValueError(f"{fn}: `logits` must have a vocabulary axis, got a scalar")
+    if not -logits.ndim <= axis < logits.ndim:
+        raise ValueError(f"{fn}: axis {axis} is out of range for logits of shape {tuple(logits.shape)}")
+    return int(axis) % logits.ndim
+
+
+def _logits_rows(logits, axis, fn):
+    """logits as (rows, vocab), and the batch shape (logits' shape without `axis`)."""
+    logits = _checks.as_array(logits, fn, "logits")
+    _checks.check_input_dtype(logits, fn, "logits")
+    a = _axis(logits, axis, fn)
+    x = jnp.moveaxis(logits, a, -1)
+    batch = tuple(x.shape[:-1])
+    if x.shape[-1] == 0:
+        raise ValueError(f"{fn}: `logits` of shape {tuple(logits.shape)} has an empty vocabulary axis {a}")
+    return x.reshape(math.prod(batch), x.shape[-1]), batch
+
+
+def _key_rows(key, batch, fn):
+    """The key data as (1, W) for one key or (rows, W) for one key per row, uint32."""
+    if key is None or not hasattr(key, "dtype"):
+        raise TypeError(
+            f"{fn}: `key` must be a PRNG key (jax.random.key) or a raw uint32 key (jax.random.PRNGKey), "
+            f"got {type(key).__name__}"
+        )
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        kshape, data = tuple(key.shape), jax.random.key_data(key)
+    elif np.dtype(key.dtype) == np.uint32 and key.ndim >= 1:
+        kshape, data = tuple(key.shape[:-1]), key
+    else:
+        raise TypeError(
+            f"{fn}: `key` must be a PRNG key (jax.random.key) or a raw uint32 key (jax.random.PRNGKey), "
+            f"got dtype {key.dtype} with shape {tuple(key.shape)}"
+        )
+    width = data.shape[-1]
+    if kshape == ():
+        return data.reshape(1, width).astype(jnp.uint32)
+    if kshape == batch:
+        return data.reshape(math.prod(batch), width).astype(jnp.uint32)
+    raise ValueError(
+        f"{fn}: `key` must be one key or one key per row (key shape {batch}), got keys of shape {kshape}"
+    )
+
+
+def _per_row(value, batch, fn, name, default, dtype, check):
+    """A per-row parameter as a grouped operand: (1,) for a scalar, (rows,) for an array."""
+    if value is None:
+        value = default
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fn}: `{name}` must be a number or an array, got a bool")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        check(value, fn, name)
+        return jnp.full((1,), value, dtype)
+    value = _checks.as_array(value, fn, name)
+    want = jnp.integer if dtype == jnp.int32 else jnp.floating
+    if not jnp.issubdtype(value.dtype, want) and not (want is jnp.floating and jnp.issubdtype(value.dtype, jnp.integer)):
+        raise TypeError(f"{fn}: `{name}` must be a {'n integer' if want is jnp.integer else ' float'} array, got {value.dtype}")
+    try:
+        ok = np.broadcast_shapes(tuple(value.shape), batch) == batch
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{fn}: `{name}` of shape {tuple(value.shape)} must be a scalar or broadcast to the batch shape {batch}"
+        )
+    value = value.astype(dtype)
+    if value.size == 1:
+        return value.reshape(1)
+    return jnp.broadcast_to(value, batch).reshape(math.prod(batch))
+
+
+def _check_temperature(t, fn, name):
+    if not t >= 0:
+        raise ValueError(f"{fn}: `{name}` must be >= 0 (0 is greedy), got {t}")
+
+
+def _check_top_k(k, fn, name):
+    if not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{fn}: `{name}` must be an int, got {k!r}")
+    if k < 0:
+        raise ValueError(f"{fn}: `{name}` must be >= 0 (0 is off), got {k}")
+
+
+def _check_top_p(p, fn, name):
+    if not 0 < p <= 1:
+        raise ValueError(f"{fn}: `{name}` must lie in (0, 1], got {p}")
+
+
+def _check_min_p(p, fn, name):
+    if not 0 <= p <= 1:
+        raise ValueError(f"{fn}: `{name}` must lie in [0, 1], got {p}")
+
+
+def _filters(top_k, top_p, min_p, batch, vocab, fn):
+    k = _per_row(top_k, batch, fn, "top_k", 0, jnp.int32, _check_top_k)
+    p = _per_row(top_p, batch, fn, "top_p", 1.0, jnp.float32, _check_top_p)
+    m = _per_row(min_p, batch, fn, "min_p", 0.0, jnp.float32, _check_min_p)
+    return k, p, jnp.log(m)  # the kernels compare (logit - max) / temperature with log(min_p)
