@@ -1,0 +1,158 @@
+"""Sampling benchmark: jaxnorm's sampler and top_k against the jax.numpy paths JAX users write,
+in device time (JAX profiler kernel events, benchmarks/device_time.py), same run, same method.
+
+    python benchmarks/bench_sampling.py --out DIR [--quick]
+
+Logits ~ N(0, 3^2); every config rotates distinct inputs larger than L2 together. Reports the
+device time per call, the one-read floor (logits bytes / the copy ceiling measured the same way:
+`x + 1` over 256 MiB, bytes read + written) and the ratios. Writes DIR/sampling.json and
+DIR/sampling.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(__file__))
+import device_time as dt  # noqa: E402
+
+import jaxnorm  # noqa: E402
+from jaxnorm import reference  # noqa: E402
+
+K, P, MINP = 50, 0.9, 0.1
+
+
+# ---- the jax.numpy paths (what users write today) ----------------------------------------------
+
+def jnp_top_k_sample(key, x):
+    v, i = jax.lax.top_k(x.astype(jnp.float32), K)
+    return jnp.take_along_axis(i, jax.random.categorical(key, v)[..., None], axis=-1)[..., 0]
+
+
+def _top_p_sorted(key, v, i):
+    probs = jax.nn.softmax(v, axis=-1)
+    above = jnp.cumsum(probs, axis=-1) - probs
+    v = jnp.where(above < P, v, -jnp.inf)
+    return jnp.take_along_axis(i, jax.random.categorical(key, v)[..., None], axis=-1)[..., 0]
+
+
+def jnp_top_p_sample(key, x):
+    x = x.astype(jnp.float32)
+    i = jnp.argsort(-x, axis=-1)
+    return _top_p_sorted(key, jnp.take_along_axis(x, i, axis=-1), i)
+
+
+def jnp_top_k_top_p_sample(key, x):
+    v, i = jax.lax.top_k(x.astype(jnp.float32), K)
+    return _top_p_sorted(key, v, i)
+
+
+def jnp_min_p_sample(key, x):
+    x = x.astype(jnp.float32)
+    m = jnp.max(x, axis=-1, keepdims=True)
+    return jax.random.categorical(key, jnp.where(x - m >= np.log(MINP), x, -jnp.inf))
+
+
+def jnp_sample(key, x):
+    return jax.random.categorical(key, x.astype(jnp.float32))
+
+
+METHODS = {  # name: (jaxnorm fn, jnp fn)
+    "top_k=50": (lambda k, x: jaxnorm.sample(k, x, top_k=K), jnp_top_k_sample),
+    "top_p=0.9": (lambda k, x: jaxnorm.sample(k, x, top_p=P), jnp_top_p_sample),
+    "top_k=50,top_p=0.9": (lambda k, x: jaxnorm.sample(k, x, top_k=K, top_p=P), jnp_top_k_top_p_sample),
+    "min_p=0.1": (lambda k, x: jaxnorm.sample(k, x, min_p=MINP), jnp_min_p_sample),
+    "no filter": (lambda k, x: jaxnorm.sample(k, x), jnp_sample),
+    "top_k op k=50": (lambda k, x: jaxnorm.top_k(x, 50), lambda k, x: jax.lax.top_k(x, 50)),
+    "top_k op k=1024": (lambda k, x: jaxnorm.top_k(x, 1024), lambda k, x: jax.lax.top_k(x, 1024)),
+}
+
+
+def copy_ceiling() -> float:
+    n = 1 << 26  # 256 MiB of float32
+    xs = [(jnp.full((n,), float(i), jnp.float32),) for i in range(2)]
+    t = dt.device_time(jax.jit(lambda x: x + 1), xs, reps=5)["median"]
+    return 2 * n * 4 / t
+
+
+def check(name, x, got, key_fn):
+    """Every sampled token lies in the reference's kept set (top_k ops: equal to lax.top_k)."""
+    if name.startswith("top_k op"):
+        k = int(name.split("=")[1])
+        return bool(np.array_equal(np.asarray(got[1]), np.asarray(jax.lax.top_k(x, k)[1])))
+    kw = dict(top_k=K) if name == "top_k=50" else dict(top_p=P) if name == "top_p=0.9" else \
+        dict(top_k=K, top_p=P) if name == "top_k=50,top_p=0.9" else dict(min_p=MINP) if name == "min_p=0.1" else {}
+    keep = np.asarray(reference.sampling_mask(x, **kw))
+    tok = np.asarray(got)
+    return bool(np.all(tok >= 0) and np.all(keep[np.arange(x.shape[0]), tok]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--quick", action="store_true", help="batch 1 and 64, vocab 128256 only")
+    ap.add_argument("--jnp-budget", type=float, default=150.0, help="seconds for the jnp paths")
+    args = ap.parse_args(argv)
+    batches = (1, 64) if args.quick else (1, 8, 64, 256)
+    vocabs = (128256,) if args.quick else (32000, 128256, 151936, 256000)
+    ceiling = copy_ceiling()
+    print(f"copy ceiling (x + 1, 256 MiB, device time): {ceiling / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    t_jnp = 0.0
+    for dtype in ("float32", "bfloat16"):
+        for v in vocabs:
+            for b in batches:
+                nbytes = b * v * jnp.dtype(dtype).itemsize
+                n_in = dt.inputs_for(nbytes)
+                keys = jax.random.split(jax.random.key(0), n_in + 1)
+                xs = [(keys[i], (3.0 * jax.random.normal(keys[i], (b, v), jnp.float32)).astype(dtype))
+                      for i in range(n_in)]
+                floor = nbytes / ceiling
+                for name, (fj, fx) in METHODS.items():
+                    rec = {"dtype": dtype, "batch": b, "vocab": v, "method": name, "floor_us": floor * 1e6}
+                    f = jax.jit(fj)
+                    r = dt.device_time(f, xs, reps=3)
+                    rec.update(jaxnorm_us=r["median"] * 1e6, jaxnorm_kernels=r["kernels"],
+                               ok=check(name, xs[0][1], f(*xs[0]), None))
+                    headline = b == 64 and v == 128256
+                    if (headline or t_jnp < args.jnp_budget) and (dtype == "float32" or headline):
+                        t0 = time.perf_counter()
+                        rx = dt.device_time(jax.jit(fx), xs[: max(2, min(4, n_in))], reps=2)
+                        t_jnp += time.perf_counter() - t0
+                        rec["jnp_us"] = rx["median"] * 1e6
+                    rows.append(rec)
+                    jr = rec.get("jnp_us")
+                    print(f"{dtype:8s} B={b:<4d} V={v:<7d} {name:20s} jaxnorm {rec['jaxnorm_us']:9.1f} us "
+                          f"({rec['jaxnorm_us'] / rec['floor_us']:5.2f}x floor {rec['floor_us']:7.1f})"
+                          + (f"  jnp {jr:9.1f} us  speedup {jr / rec['jaxnorm_us']:7.1f}x" if jr else "")
+                          + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
+    out = {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__, "copy_tb_s": ceiling / 1e12,
+           "method": "device time: JAX profiler kernel events, median over calls, inputs rotated past L2",
+           "rows": rows}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "sampling.json"), "w") as fh:
+        json.dump(out, fh, indent=1)
+    with open(os.path.join(args.out, "sampling.md"), "w") as fh:
+        fh.write(f"Device: {out['device']}, jax {out['jax']}; copy ceiling {ceiling / 1e12:.2f} TB/s (device time)\n\n")
+        fh.write("| dtype | batch | vocab | method | jaxnorm µs | × floor | jnp µs | speedup | check |\n|---|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            jr = r.get("jnp_us")
+            fh.write(f"| {r['dtype']} | {r['batch']} | {r['vocab']} | {r['method']} | {r['jaxnorm_us']:.1f} | "
+                     f"{r['jaxnorm_us'] / r['floor_us']:.2f} | {'' if jr is None else f'{jr:.1f}'} | "
+                     f"{'' if jr is None else f'{jr / r['jaxnorm_us']:.1f}×'} | {'ok' if r['ok'] else 'FAIL'} |\n")
+    bad = [r for r in rows if not r["ok"]]
+    print(f"{len(rows) - len(bad)}/{len(rows)} checks passed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Device time of jitted JAX calls, from the JAX profiler's device events (CUPTI kernel records).
+
+Wall-clock timing of a jitted call includes host dispatch and hides 10-20% differences; this sums
+the durations of the kernels the calls ran on the GPU, so jaxnorm, XLA and any other JAX-callable
+implementation are measured the same way. Inputs rotate over distinct buffers whose total exceeds
+L2, so no call finds its input in cache.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Sequence
+
+import jax
+from jax._src.lib import _profiler
+
+L2_FLUSH_BYTES = 200 << 20  # rotate inputs over at least this much memory (H100/H200 L2: 50-60 MB)
+
+
+def inputs_for(nbytes: int, lo: int = 2, hi: int = 128) -> int:
+    """How many distinct inputs of `nbytes` to rotate so that they do not fit in L2 together."""
+    return max(lo, min(hi, -(-L2_FLUSH_BYTES // max(nbytes, 1))))
+
+
+def _kernel_events(xspace: bytes) -> list[tuple[int, int, str]]:
+    data = jax.profiler.ProfileData.from_serialized_xspace(xspace)
+    out = []
+    for plane in data.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        for line in plane.lines:
+            if not line.name.startswith("Stream"):
+                continue
+            for ev in line.events:
+                if ev.name.lower().startswith(("memcpy", "memset")):
+                    continue
+                out.append((ev.start_ns, ev.duration_ns, ev.name))
+    return sorted(out)
+
+
+def device_time(f: Callable, args: Sequence[tuple], *, reps: int = 5) -> dict:
+    """Runs f(*a) for every a in args, `reps` times, under the profiler. Returns the device time
+    per call (seconds: the sum of kernel durations over all calls / calls, and the median of
+    per-call sums when every call ran the same number of kernels), the kernels per call and the
+    names of one call's kernels."""
+    jax.block_until_ready(f(*args[0]))  # compile and warm up outside the trace
+    jax.block_until_ready([f(*a) for a in args[: min(len(args), 3)]])
+    session = _profiler.ProfilerSession(_profiler.ProfileOptions())
+    outs = []
+    for _ in range(reps):
+        for a in args:
+            outs.append(f(*a))
+    jax.block_until_ready(outs)
+    events = _kernel_events(session.stop())
+    calls = reps * len(args)
+    if not events:
+        raise RuntimeError("the profiler recorded no GPU kernel (not a GPU backend?)")
+    total = sum(d for _, d, _ in events) * 1e-9
+    per_call = len(events) // calls
+    median = total / calls
+    if per_call * calls == len(events):
+        sums = [sum(d for _, d, _ in events[i * per_call:(i + 1) * per_call]) * 1e-9 for i in range(calls)]
+        median = statistics.median(sums)
+    return {"mean": total / calls, "median": median, "kernels_per_call": len(events) / calls,
+            "kernels": sorted({n for _, _, n in events[: max(per_call, 1)]})}
