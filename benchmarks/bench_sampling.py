@@ -96,6 +96,23 @@ def check(name, x, got, key_fn):
     return bool(np.all(tok >= 0) and np.all(keep[np.arange(x.shape[0]), tok]))
 
 
+def write(out_dir, rows, ceiling):
+    out = {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__, "copy_tb_s": ceiling / 1e12,
+           "method": "device time: JAX profiler kernel events, median over calls, inputs rotated past L2",
+           "rows": rows}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "sampling.json"), "w") as fh:
+        json.dump(out, fh, indent=1)
+    with open(os.path.join(out_dir, "sampling.md"), "w") as fh:
+        fh.write(f"Device: {out['device']}, jax {out['jax']}; copy ceiling {ceiling / 1e12:.2f} TB/s (device time)\n\n")
+        fh.write("| dtype | batch | vocab | method | jaxnorm µs | × floor | jnp µs | speedup | check |\n|---|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            jr, us = r.get("jnp_us"), r["jaxnorm_us"]
+            jtxt, sp = ("", "") if jr is None else (f"{jr:.1f}", f"{jr / us:.1f}×")
+            fh.write(f"| {r['dtype']} | {r['batch']} | {r['vocab']} | {r['method']} | {us:.1f} | "
+                     f"{us / r['floor_us']:.2f} | {jtxt} | {sp} | {'ok' if r['ok'] else 'FAIL'} |\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -135,20 +152,7 @@ def main(argv=None):
                           f"({rec['jaxnorm_us'] / rec['floor_us']:5.2f}x floor {rec['floor_us']:7.1f})"
                           + (f"  jnp {jr:9.1f} us  speedup {jr / rec['jaxnorm_us']:7.1f}x" if jr else "")
                           + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
-    out = {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__, "copy_tb_s": ceiling / 1e12,
-           "method": "device time: JAX profiler kernel events, median over calls, inputs rotated past L2",
-           "rows": rows}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "sampling.json"), "w") as fh:
-        json.dump(out, fh, indent=1)
-    with open(os.path.join(args.out, "sampling.md"), "w") as fh:
-        fh.write(f"Device: {out['device']}, jax {out['jax']}; copy ceiling {ceiling / 1e12:.2f} TB/s (device time)\n\n")
-        fh.write("| dtype | batch | vocab | method | jaxnorm µs | × floor | jnp µs | speedup | check |\n|---|---|---|---|---|---|---|---|---|\n")
-        for r in rows:
-            jr = r.get("jnp_us")
-            fh.write(f"| {r['dtype']} | {r['batch']} | {r['vocab']} | {r['method']} | {r['jaxnorm_us']:.1f} | "
-                     f"{r['jaxnorm_us'] / r['floor_us']:.2f} | {'' if jr is None else f'{jr:.1f}'} | "
-                     f"{'' if jr is None else f'{jr / r['jaxnorm_us']:.1f}×'} | {'ok' if r['ok'] else 'FAIL'} |\n")
+            write(args.out, rows, ceiling)  # after each vocabulary, so a cut-off run keeps its rows
     bad = [r for r in rows if not r["ok"]]
     print(f"{len(rows) - len(bad)}/{len(rows)} checks passed")
     return 1 if bad else 0

@@ -12,7 +12,7 @@ if [ -d .fi/include ]; then
 fi
 git rev-parse HEAD 2>/dev/null | tee "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -3
+JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q -e . 2>&1 | tail -3
 timeout 300 python3 -m pytest -q -x tests/test_sampling.py 2>&1 | tee "$OUT/pytest-sampling.log" | tail -6
 if [ "${FULL_SUITE:-0}" = 1 ]; then
   timeout 420 python3 -m pytest -q 2>&1 | tee "$OUT/pytest-all.log" | tail -4
