@@ -17,7 +17,7 @@ timeout 300 python3 -m pytest -q -x tests/test_sampling.py 2>&1 | tee "$OUT/pyte
 if [ "${FULL_SUITE:-0}" = 1 ]; then
   timeout 420 python3 -m pytest -q 2>&1 | tee "$OUT/pytest-all.log" | tail -4
 fi
-timeout 360 python3 benchmarks/bench_sampling.py --out "$OUT" $([ "${MODE:-quick}" = quick ] && echo --quick) 2>&1 | tee "$OUT/bench-sampling.log" | tail -70
+timeout ${BENCH_TIMEOUT:-360} python3 benchmarks/bench_sampling.py --out "$OUT" $([ "${MODE:-quick}" = quick ] && echo --quick) 2>&1 | tee "$OUT/bench-sampling.log" | tail -70
 wait
 if [ -x .fi/fis ]; then
   .fi/fis 2>&1 | tee "$OUT/flashinfer-events.log"

@@ -83,7 +83,7 @@ def sampling_mask(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None
     v, m = _sampling_values(logits, axis)
     batch, vocab = v.shape[:-1], v.shape[-1]
     t = _row_param(temperature, batch, 1.0).astype(v.dtype)
-    greedy = ~(t > 0)
+    greedy = ~(t > 0) | ~(1 / t.astype(jnp.float32) < jnp.inf)
     s = jnp.where(greedy, 0.0, (v - m) / jnp.where(greedy, 1.0, t))
 
     k = _row_param(top_k, batch, 0)
@@ -118,7 +118,7 @@ def sampling_probs(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=Non
     v, m = _sampling_values(logits, axis)
     keep = sampling_mask(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
     t = _row_param(temperature, v.shape[:-1], 1.0).astype(v.dtype)
-    greedy = ~(t > 0)
+    greedy = ~(t > 0) | ~(1 / t.astype(jnp.float32) < jnp.inf)
     w = jnp.where(keep, jnp.exp((v - m) / jnp.where(greedy, 1.0, t)), 0.0)
     probs = w / jnp.sum(w, axis=-1, keepdims=True)
     onehot = jax.nn.one_hot(jnp.argmax(v, axis=-1), v.shape[-1], dtype=v.dtype)
@@ -135,8 +135,9 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
 
 def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1):
     keep = sampling_mask(logits, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
+    v, _ = _sampling_values(logits, axis)
     x = jnp.moveaxis(logits, axis, -1)
-    return jnp.moveaxis(jnp.where(keep, x, -jnp.inf).astype(logits.dtype), -1, axis)
+    return jnp.moveaxis(jnp.where(keep & (v > -jnp.inf), x, -jnp.inf).astype(logits.dtype), -1, axis)
 
 
 def top_k(operand, k):

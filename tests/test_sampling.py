@@ -82,6 +82,8 @@ def test_filter_nonfinite():
         [jnp.nan] * 5,
         [0.0, jnp.inf, 1.0, jnp.inf, jnp.nan],
     ], jnp.float32)
+    assert same_filtered(jaxnorm.filter_logits(x), reference.filter_logits(x))  # NaN out as -inf
+    assert not np.any(np.isnan(np.asarray(jaxnorm.filter_logits(x))))
     got = jaxnorm.filter_logits(x, top_k=2)
     assert same_filtered(got, reference.filter_logits(x, top_k=2))
     np.testing.assert_array_equal(np.isfinite(np.asarray(got[0])), [False, False, True, False, True])

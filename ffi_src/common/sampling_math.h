@@ -85,7 +85,7 @@ JN_HD RowParams row_params(int64_t r, int64_t rows, int64_t cols, const float* t
                            int64_t key_width) {
   RowParams q;
   const float t = temps ? temps[group_of(r, rows, n_temps)] : 1.0f;
-  q.greedy = !(t > 0.0f);
+  q.greedy = !(t > 0.0f) || !(1.0f / t < INFINITY);  // a subnormal temperature is greedy too
   q.inv_t = q.greedy ? 1.0f : 1.0f / t;
   q.k = top_k ? top_k[group_of(r, rows, n_k)] : 0;
   q.use_k = !q.greedy && q.k >= 1 && q.k < cols;

@@ -179,7 +179,7 @@ ffi::Error FilterCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_
         T* yr = yp + r * s.cols;
         load_row(xr, s.cols, &rv);
         const uint32_t t = rv.m == -INFINITY ? 0xffffffffu : key_threshold(rv, q);
-        for (int64_t c = 0; c < s.cols; ++c) yr[c] = rv.m != -INFINITY && kept(rv, q, t, c) ? xr[c] : neg_inf;
+        for (int64_t c = 0; c < s.cols; ++c) yr[c] = rv.m != -INFINITY && rv.v[c] != -INFINITY && kept(rv, q, t, c) ? xr[c] : neg_inf;
       }
     });
     return ffi::Error::Success();

@@ -134,9 +134,17 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh,
   for (int i = threadIdx.x; i < n; i += kThreads) {
     uint32_t d;
     unsigned long long q = 0;
-    if (visit(i, d, q)) {
-      atomicAdd(&sh.cnt[b][d], 1u);
-      if (kMass) atomicAdd(&sh.mass[b][d], q);
+    const bool hit = visit(i, d, q);
+    if constexpr (kMass) {
+      if (hit) {
+        atomicAdd(&sh.cnt[b][d], 1u);
+        atomicAdd(&sh.mass[b][d], q);
+      }
+    } else {
+      // Lanes with the same bin add once (shared-memory atomics on one address serialize).
+      const unsigned lane = threadIdx.x % 32;
+      const unsigned peers = __match_any_sync(__activemask(), hit ? d : 0x100u + lane);
+      if (hit && lane == __ffs(peers) - 1) atomicAdd(&sh.cnt[b][d], static_cast<unsigned>(__popc(peers)));
     }
   }
   cl.sync();
@@ -233,28 +241,60 @@ __device__ uint32_t count_select(const cg::cluster_group& cl, SelectShared& sh, 
   return prefix;
 }
 
-// The top-p threshold key among the keys >= t (see jaxnorm.sampling for the rule).
-template <class ValueOf>
-__device__ uint32_t mass_select(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, uint32_t t,
-                                double p, float m, float inv_t, ValueOf value_of) {
+// A threshold of the sampling modes: token v (key `key`) is kept when its value bin is above
+// `bin`, or in it with key >= `key`. Value bins are 1/8 wide in s = (v - max) / temperature
+// (bin 255: s <= -31.875 and -inf), so the first pass spreads the row over ~200 bins where the
+// key's top byte (sign and exponent) would crowd it into ~10; bins are monotone in v, so a
+// threshold keeps an upper set of values, as a key threshold would.
+struct Threshold {
+  uint32_t bin = kBins - 1;
+  uint32_t key = 0;
+};
+
+__device__ __forceinline__ uint32_t value_bin(float s) {
+  return static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kBins - 1)));
+}
+
+__device__ __forceinline__ bool keeps(const Threshold& t, uint32_t bin, uint32_t key) {
+  return bin < t.bin || (bin == t.bin && key >= t.key);
+}
+
+// Top-k (kMass false: the `needed` largest, ties kept) or top-p (kMass: the mass rule of
+// jaxnorm.sampling with fraction p) among the tokens with in_set(v, bin, key): value bins first,
+// then the keys within the chosen bin 8 bits at a time.
+template <bool kMass, class Token, class InSet>
+__device__ Threshold select_threshold(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n,
+                                      unsigned long long needed, double p, Token token, InSet in_set) {
+  Threshold t;
   uint32_t prefix = 0, pmask = 0;
-  unsigned long long target = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    cluster_histogram<true>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long& q) {
-      const float v = value_of(i);
-      const uint32_t key = order_key(__float_as_uint(v));
-      if (key < t || (key & pmask) != prefix) return false;
-      d = (key >> shift) & 0xffu;
-      q = __float2ull_rn(__expf((v - m) * inv_t) * static_cast<float>(kMassScale));
+  for (int shift = 32; shift >= 0; shift -= 8) {
+    const bool first = shift == 32;
+    cluster_histogram<kMass>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long& q) {
+      float s;
+      uint32_t bin, key;
+      token(i, s, bin, key);
+      if (!in_set(bin, key)) return false;
+      if (first) {
+        d = bin;
+      } else {
+        if (bin != t.bin || (key & pmask) != prefix) return false;
+        d = (key >> shift) & 0xffu;
+      }
+      if (kMass) q = __float2ull_rn(__expf(s) * static_cast<float>(kMassScale));
       return true;
     });
-    find_crossing<true>(sh, target, shift == 24 ? p : -1.0);
-    target = sh.target - sh.dec_above;
-    prefix |= sh.dec_bin << shift;
-    pmask |= 0xffu << shift;
-    if (sh.dec_n == 1) break;
+    find_crossing<kMass>(sh, needed, kMass && first ? p : -1.0);
+    needed = (kMass ? sh.target : needed) - sh.dec_above;
+    if (first) {
+      t.bin = sh.dec_bin;
+    } else {
+      prefix |= sh.dec_bin << shift;
+      pmask |= 0xffu << shift;
+    }
+    t.key = prefix;
+    if (sh.dec_n == (kMass ? 1 : needed)) break;  // the whole bin is in
   }
-  return prefix;
+  return t;
 }
 
 template <class T, int kMode>
@@ -356,30 +396,34 @@ __global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
       auto value_of = [&](int i) { return sampling_value(to_float(src[i]), inf_row); };
       const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
                                      a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
-      uint32_t t = 0xffffffffu;  // no token kept when the row has no finite logit
+      // s, value bin and key of token i
+      auto token = [&](int i, float& s, uint32_t& bin, uint32_t& key) {
+        const float v = value_of(i);
+        s = (v - m) * q.inv_t;
+        bin = value_bin(s);
+        key = order_key(__float_as_uint(v));
+      };
+      Threshold tk, tp;
       if (m != -INFINITY && !q.greedy) {
-        t = 0;
         if (q.use_k) {
-          unsigned long long remaining;
-          bool exact;
-          t = count_select(cl, sh, phase, n, q.k, 24,
-                           [&](int i, uint32_t& key) {
-                             key = order_key(__float_as_uint(value_of(i)));
-                             return true;
-                           },
-                           &remaining, &exact);
+          tk = select_threshold<false>(cl, sh, phase, n, q.k, -1.0, token, [](uint32_t, uint32_t) { return true; });
         }
-        if (q.use_p) t = max(t, mass_select(cl, sh, phase, n, t, q.p, m, q.inv_t, value_of));
+        if (q.use_p) {
+          tp = select_threshold<true>(cl, sh, phase, n, 0, q.p, token,
+                                      [&](uint32_t bin, uint32_t key) { return keeps(tk, bin, key); });
+        }
       }
-      auto kept = [&](float v) {
-        return order_key(__float_as_uint(v)) >= t && (v - m) * q.inv_t >= q.log_min_p;
+      auto kept_token = [&](int i, float& s) {
+        uint32_t bin, key;
+        token(i, s, bin, key);
+        return m != -INFINITY && keeps(tk, bin, key) && keeps(tp, bin, key) && s >= q.log_min_p;
       };
       if constexpr (kMode == kFilter) {
         T* out = static_cast<T*>(a.out) + r * a.cols + c0;
         const T neg_inf = from_float<T>(-INFINITY);
         for (int i = threadIdx.x; i < n; i += kThreads) {
-          const T x = src[i];
-          out[i] = kept(sampling_value(to_float(x), inf_row)) ? x : neg_inf;
+          float s;
+          out[i] = kept_token(i, s) && s != -INFINITY ? src[i] : neg_inf;  // NaN out as -inf
         }
       } else {
         float best = -INFINITY;
@@ -397,9 +441,7 @@ __global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               const int i = 4 * g + j;
-              const float v = i < n ? value_of(i) : -INFINITY;
-              keep[j] = i < n && kept(v);
-              s[j] = (v - m) * q.inv_t;
+              keep[j] = i < n && kept_token(i, s[j]);
               any |= keep[j];
             }
             if (!any) continue;
