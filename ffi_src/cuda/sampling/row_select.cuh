@@ -60,6 +60,7 @@ struct SelectArgs {
 struct SelectShared {
   uint32_t cnt[2][kBins];               // this CTA's histogram, double-buffered across passes
   unsigned long long mass[2][kBins];
+  unsigned long long warp_mass[kWarps][kBins];  // per warp: 64-bit atomics are CAS loops, keep them uncontended
   float fval[2];                        // this CTA's published max / best score
   int ival[2];                          // and best index
   unsigned long long bin_cnt[kBins];    // the cluster's totals
@@ -87,8 +88,12 @@ __device__ float cluster_max(const cg::cluster_group& cl, SelectShared& sh, int&
     sh.fval[b] = m;
   }
   cl.sync();
+  float v_r[kMaxCluster];
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) v_r[r] = r < cl.num_blocks() ? *cl.map_shared_rank(&sh.fval[b], r) : -INFINITY;
   float m = -INFINITY;
-  for (unsigned r = 0; r < cl.num_blocks(); ++r) m = fmaxf(m, *cl.map_shared_rank(&sh.fval[b], r));
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) m = fmaxf(m, v_r[r]);
   return m;
 }
 
@@ -111,12 +116,19 @@ __device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int
     sh.ival[b] = bi;
   }
   cl.sync();
+  float s_r[kMaxCluster];
+  int i_r[kMaxCluster];
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) {
+    const bool in = r < cl.num_blocks();
+    s_r[r] = in ? *cl.map_shared_rank(&sh.fval[b], r) : -INFINITY;
+    i_r[r] = in ? *cl.map_shared_rank(&sh.ival[b], r) : 0x7fffffff;
+  }
   float bs = -INFINITY;
   int bi = 0x7fffffff;
-  for (unsigned r = 0; r < cl.num_blocks(); ++r) {
-    const float s2 = *cl.map_shared_rank(&sh.fval[b], r);
-    const int i2 = *cl.map_shared_rank(&sh.ival[b], r);
-    if (better(s2, i2, bs, bi)) bs = s2, bi = i2;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) {
+    if (better(s_r[r], i_r[r], bs, bi)) bs = s_r[r], bi = i_r[r];
   }
   return bi;
 }
@@ -126,9 +138,13 @@ __device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int
 template <bool kMass, class Visit>
 __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, Visit visit) {
   const int b = phase++ & 1;
+  const int warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < kBins; i += kThreads) {
     sh.cnt[b][i] = 0;
-    if (kMass) sh.mass[b][i] = 0;
+    if (kMass) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sh.warp_mass[w][i] = 0;
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -136,18 +152,37 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh,
     unsigned long long q = 0;
     if (visit(i, d, q)) {
       atomicAdd(&sh.cnt[b][d], 1u);
-      if (kMass) atomicAdd(&sh.mass[b][d], q);
+      if (kMass) atomicAdd(&sh.warp_mass[warp][d], q);
+    }
+  }
+  if (kMass) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kBins; i += kThreads) {
+      unsigned long long m = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m += sh.warp_mass[w][i];
+      sh.mass[b][i] = m;
     }
   }
   cl.sync();
+  const unsigned peers = cl.num_blocks();
   for (int bin = threadIdx.x; bin < kBins; bin += kThreads) {
-    unsigned long long c = 0, m = 0;
-    for (unsigned r = 0; r < cl.num_blocks(); ++r) {
-      c += *cl.map_shared_rank(&sh.cnt[b][bin], r);
-      if (kMass) m += *cl.map_shared_rank(&sh.mass[b][bin], r);
+    // All peers' loads issued before any is summed: one DSMEM round trip, not one per peer.
+    uint32_t c[kMaxCluster];
+    unsigned long long m[kMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      c[r] = r < peers ? *cl.map_shared_rank(&sh.cnt[b][bin], r) : 0u;
+      if (kMass) m[r] = r < peers ? *cl.map_shared_rank(&sh.mass[b][bin], r) : 0ull;
     }
-    sh.bin_cnt[bin] = c;
-    if (kMass) sh.bin_mass[bin] = m;
+    unsigned long long ct = 0, mt = 0;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      ct += c[r];
+      if (kMass) mt += m[r];
+    }
+    sh.bin_cnt[bin] = ct;
+    if (kMass) sh.bin_mass[bin] = mt;
   }
   __syncthreads();
 }
