@@ -223,6 +223,39 @@ def self_check() -> int:
     return failures
 
 
+def self_check_sampling() -> int:
+    """The sampling family: lowering, exact filters and top_k, and draws inside the kept sets."""
+    print("\n== self-check of sampling (sample, filter_logits, top_k) against jaxnorm.reference")
+    failures = 0
+    rng = np.random.default_rng(1)
+    key = jax.random.key(0)
+    for dtype_name in ("float32", "bfloat16"):
+        x = jnp.asarray(3 * rng.standard_normal((16, 1000)), T.DTYPES[dtype_name])
+        checks = {}
+        try:
+            targets, err = _lowered_targets(lambda k, x: jaxnorm.sample(k, x, top_k=5), key, x)
+            checks["sample lowers to jaxnorm_sample"] = "jaxnorm_sample" in targets and not err
+            for kw in (dict(top_k=50), dict(top_p=0.9), dict(top_k=50, top_p=0.8, min_p=0.01)):
+                got = jaxnorm.filter_logits(x, **kw).astype(jnp.float32)
+                want = jaxnorm.reference.filter_logits(x, **kw).astype(jnp.float32)
+                checks[f"filter_logits {kw} == reference"] = bool(jnp.array_equal(got, want))
+                tok = np.asarray(jaxnorm.sample(key, x, **kw))
+                keep = np.asarray(jaxnorm.reference.sampling_mask(x, **kw))
+                checks[f"sample {kw} draws kept tokens"] = bool(np.all(keep[np.arange(16), tok]))
+            greedy = jaxnorm.sample(key, x, temperature=0.0)
+            checks["greedy == argmax"] = bool(jnp.array_equal(greedy, jnp.argmax(x, axis=-1)))
+            for k in (1, 50, 1000):
+                checks[f"top_k k={k} == lax.top_k"] = bool(
+                    jnp.array_equal(jaxnorm.top_k(x, k)[1], jax.lax.top_k(x, k)[1]))
+        except Exception as e:
+            checks["ran"] = False
+            print(f"FAIL  sampling {dtype_name}: {T._err(e, 300)}")
+        for name, ok in checks.items():
+            print(f"{'PASS' if ok else 'FAIL'}  {name:<52} {dtype_name}")
+            failures += not ok
+    return failures
+
+
 # ----------------------------------------------------------------------------------------------
 # (c) timing
 
@@ -299,6 +332,7 @@ def main(argv=None) -> int:
     failures = report_environment()
     if not args.no_check:
         failures += self_check()
+        failures += self_check_sampling()
     if not args.no_bench:
         failures += timing(args.dtype)
     print(f"\n{'FAILED' if failures else 'OK'}: {failures} failure(s), "
