@@ -407,13 +407,27 @@ __global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
       }
       cl.sync();
       if (rank == 0) {
-        int32_t* out = static_cast<int32_t*>(a.out) + r * a.k;
-        for (int i = threadIdx.x; i < a.k; i += kThreads) {
-          const unsigned long long ki = cand[i];
-          int pos = 0;
-          for (int j = 0; j < a.k; ++j) pos += cand[j] > ki;
-          out[pos] = static_cast<int32_t>(last - static_cast<uint32_t>(ki));
+        // Bitonic sort (descending) of the k unique composite keys, padded with 0 to a power of
+        // two: log2(k)^2 / 2 barrier steps instead of a k^2 rank count.
+        int kp = 1;
+        while (kp < a.k) kp <<= 1;
+        for (int i = static_cast<int>(a.k) + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
+        __syncthreads();
+        for (int size = 2; size <= kp; size <<= 1) {
+          for (int stride = size / 2; stride > 0; stride >>= 1) {
+            for (int t = threadIdx.x; t < kp / 2; t += kThreads) {
+              const int i = 2 * t - (t & (stride - 1));
+              const int j = i + stride;
+              const bool desc = (i & size) == 0;
+              const unsigned long long x = cand[i], y = cand[j];
+              if ((x < y) == desc) cand[i] = y, cand[j] = x;
+            }
+            __syncthreads();
+          }
         }
+        // A key of 0 (-NaN at the last column) ties with the padding; it can only be the k-th.
+        int32_t* out = static_cast<int32_t*>(a.out) + r * a.k;
+        for (int i = threadIdx.x; i < a.k; i += kThreads) out[i] = static_cast<int32_t>(last - static_cast<uint32_t>(cand[i]));
         __syncthreads();
         if (threadIdx.x == 0) sh.ncand = 0;
       }

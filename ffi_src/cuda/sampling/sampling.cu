@@ -14,15 +14,14 @@ using namespace sampling;
 constexpr int64_t kChunkBytes = 32 << 10;
 constexpr int64_t kMaxResidentBytes = 160 << 10;
 
-template <class T>
 struct Plan {
   int cluster = 1;
   size_t dyn_smem = 0;
 };
 
 template <class T>
-Plan<T> plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
-  Plan<T> p;
+Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
+  Plan p;
   const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(T));
   while (p.cluster < kMaxCluster && bytes > kChunkBytes * p.cluster) p.cluster *= 2;
   constexpr int64_t N = kVecOf<T>;
@@ -38,7 +37,7 @@ Plan<T> plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
 template <class T, int kMode>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
-  const Plan<T> p = plan_rows(&a, extra_smem);
+  const Plan p = plan_rows(&a, extra_smem);
   auto kernel = select_rows<T, kMode>;
   cudaError_t e = allow_smem(kernel, p.dyn_smem);
   if (e == cudaSuccess) e = allow_cluster(kernel, p.cluster);
@@ -125,7 +124,9 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     a.rows = s.rows, a.cols = s.cols;
     a.k = k;
     a.out = indices->untyped_data();
-    return launch_select<T, kTopK>(stream, a, k * 8, "top_k");
+    int64_t kp = 1;
+    while (kp < k) kp <<= 1;  // the bitonic sort's padded length
+    return launch_select<T, kTopK>(stream, a, kp * 8, "top_k");
   });
 }
 
