@@ -120,6 +120,18 @@ inline ffi::Error check_grouped(const ffi::AnyBuffer& b, ffi::DataType dtype, in
   return ffi::Error::Success();
 }
 
+// A grouped operand's data, entry count G and trailing width, checked by check_grouped.
+struct Grouped {
+  const void* data = nullptr;
+  int64_t n = 1, width = 1;
+};
+
+inline ffi::Error grouped(const ffi::AnyBuffer& b, ffi::DataType dt, int64_t rows, const char* what, Grouped* g) {
+  JN_RETURN_IF_ERROR(check_grouped(b, dt, rows, what, &g->n, &g->width));
+  g->data = b.untyped_data();
+  return ffi::Error::Success();
+}
+
 // Validates the norm operands shared by both directions; fills `shape`.
 inline ffi::Error check_norm_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale,
                                       const ffi::AnyBuffer& bias, bool has_scale, bool has_bias,

@@ -112,18 +112,6 @@ int32_t sample_row(const T* x, int64_t cols, const RowParams& q, RowView* rv) {
   return token;
 }
 
-struct Grouped {
-  const void* data = nullptr;
-  int64_t n = 1;
-  int64_t width = 1;
-};
-
-ffi::Error grouped(const ffi::AnyBuffer& b, ffi::DataType dt, int64_t rows, const char* what, Grouped* g) {
-  JN_RETURN_IF_ERROR(check_grouped(b, dt, rows, what, &g->n, &g->width));
-  g->data = b.untyped_data();
-  return ffi::Error::Success();
-}
-
 RowParams params_of(int64_t r, const Rows& s, const Grouped* t, const Grouped& k, const Grouped& p,
                     const Grouped& m, const Grouped* keys) {
   return sampling::row_params(

@@ -50,17 +50,6 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   return last_launch_error(what);
 }
 
-struct Grouped {
-  const void* data = nullptr;
-  int64_t n = 1, width = 1;
-};
-
-ffi::Error grouped(const ffi::AnyBuffer& b, ffi::DataType dt, int64_t rows, const char* what, Grouped* g) {
-  JN_RETURN_IF_ERROR(check_grouped(b, dt, rows, what, &g->n, &g->width));
-  g->data = b.untyped_data();
-  return ffi::Error::Success();
-}
-
 template <class T>
 void set_filters(SelectArgs<T>* a, const Grouped& k, const Grouped& p, const Grouped& m) {
   a->top_k = static_cast<const int32_t*>(k.data), a->n_k = k.n;
