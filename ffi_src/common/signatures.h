@@ -132,6 +132,28 @@ inline ffi::Error grouped(const ffi::AnyBuffer& b, ffi::DataType dt, int64_t row
   return ffi::Error::Success();
 }
 
+// The sampling handlers' operands after the logits (keys and temperature: sample only).
+struct SamplingOperands {
+  Rows shape;
+  Grouped keys, temps, top_k, top_p, log_min_p;
+  bool has_keys = false, has_temps = false;
+};
+
+inline ffi::Error sampling_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffer* keys,
+                                    const ffi::AnyBuffer* temps, const ffi::AnyBuffer& top_k,
+                                    const ffi::AnyBuffer& top_p, const ffi::AnyBuffer& log_min_p,
+                                    SamplingOperands* o) {
+  JN_RETURN_IF_ERROR(rows_of(x, "logits", &o->shape));
+  const int64_t rows = o->shape.rows;
+  o->has_keys = keys != nullptr;
+  o->has_temps = temps != nullptr;
+  if (keys) JN_RETURN_IF_ERROR(grouped(*keys, ffi::DataType::U32, rows, "keys", &o->keys));
+  if (temps) JN_RETURN_IF_ERROR(grouped(*temps, ffi::DataType::F32, rows, "temperature", &o->temps));
+  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, rows, "top_k", &o->top_k));
+  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, rows, "top_p", &o->top_p));
+  return grouped(log_min_p, ffi::DataType::F32, rows, "min_p", &o->log_min_p);
+}
+
 // Validates the norm operands shared by both directions; fills `shape`.
 inline ffi::Error check_norm_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale,
                                       const ffi::AnyBuffer& bias, bool has_scale, bool has_bias,

@@ -112,35 +112,27 @@ int32_t sample_row(const T* x, int64_t cols, const RowParams& q, RowView* rv) {
   return token;
 }
 
-RowParams params_of(int64_t r, const Rows& s, const Grouped* t, const Grouped& k, const Grouped& p,
-                    const Grouped& m, const Grouped* keys) {
+RowParams params_of(int64_t r, const SamplingOperands& o) {
   return sampling::row_params(
-      r, s.rows, s.cols, t ? static_cast<const float*>(t->data) : nullptr, t ? t->n : 1,
-      static_cast<const int32_t*>(k.data), k.n, static_cast<const float*>(p.data), p.n,
-      static_cast<const float*>(m.data), m.n, keys ? static_cast<const uint32_t*>(keys->data) : nullptr,
-      keys ? keys->n : 1, keys ? keys->width : 1);
+      r, o.shape.rows, o.shape.cols, o.has_temps ? static_cast<const float*>(o.temps.data) : nullptr, o.temps.n,
+      static_cast<const int32_t*>(o.top_k.data), o.top_k.n, static_cast<const float*>(o.top_p.data), o.top_p.n,
+      static_cast<const float*>(o.log_min_p.data), o.log_min_p.n,
+      o.has_keys ? static_cast<const uint32_t*>(o.keys.data) : nullptr, o.keys.n, o.keys.width);
 }
 
 ffi::Error SampleCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
                      ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p,
                      ffi::Result<ffi::AnyBuffer> tokens) {
-  Rows s;
-  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
-  Grouped gk, gt, gtk, gtp, gm;
-  JN_RETURN_IF_ERROR(grouped(keys, ffi::DataType::U32, s.rows, "keys", &gk));
-  JN_RETURN_IF_ERROR(grouped(temps, ffi::DataType::F32, s.rows, "temperature", &gt));
-  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
-  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
-  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o));
+  const Rows s = o.shape;
   int32_t* out = static_cast<int32_t*>(tokens->untyped_data());
   return dispatch_float<CpuTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.untyped_data());
     parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
       RowView rv;
-      for (int64_t r = begin; r < end; ++r) {
-        out[r] = sample_row(xp + r * s.cols, s.cols, params_of(r, s, &gt, gtk, gtp, gm, &gk), &rv);
-      }
+      for (int64_t r = begin; r < end; ++r) out[r] = sample_row(xp + r * s.cols, s.cols, params_of(r, o), &rv);
     });
     return ffi::Error::Success();
   });
@@ -148,12 +140,9 @@ ffi::Error SampleCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer keys
 
 ffi::Error FilterCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
                      ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
-  Rows s;
-  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
-  Grouped gtk, gtp, gm;
-  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
-  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
-  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, nullptr, nullptr, top_k, top_p, log_min_p, &o));
+  const Rows s = o.shape;
   return dispatch_float<CpuTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.untyped_data());
@@ -162,12 +151,14 @@ ffi::Error FilterCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_
     parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
       RowView rv;
       for (int64_t r = begin; r < end; ++r) {
-        const RowParams q = params_of(r, s, nullptr, gtk, gtp, gm, nullptr);
+        const RowParams q = params_of(r, o);
         const T* xr = xp + r * s.cols;
         T* yr = yp + r * s.cols;
         load_row(xr, s.cols, &rv);
         const uint32_t t = rv.m == -INFINITY ? 0xffffffffu : key_threshold(rv, q);
-        for (int64_t c = 0; c < s.cols; ++c) yr[c] = rv.m != -INFINITY && rv.v[c] != -INFINITY && kept(rv, q, t, c) ? xr[c] : neg_inf;
+        for (int64_t c = 0; c < s.cols; ++c) {
+          yr[c] = rv.m != -INFINITY && rv.v[c] != -INFINITY && kept(rv, q, t, c) ? xr[c] : neg_inf;
+        }
       }
     });
     return ffi::Error::Success();

@@ -51,52 +51,37 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
 }
 
 template <class T>
-void set_filters(SelectArgs<T>* a, const Grouped& k, const Grouped& p, const Grouped& m) {
-  a->top_k = static_cast<const int32_t*>(k.data), a->n_k = k.n;
-  a->top_p = static_cast<const float*>(p.data), a->n_p = p.n;
-  a->log_min_p = static_cast<const float*>(m.data), a->n_m = m.n;
+SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, void* out) {
+  SelectArgs<T> a{};
+  a.x = static_cast<const T*>(x.untyped_data());
+  a.rows = o.shape.rows, a.cols = o.shape.cols;
+  if (o.has_keys) a.keys = static_cast<const uint32_t*>(o.keys.data), a.n_keys = o.keys.n, a.key_width = o.keys.width;
+  if (o.has_temps) a.temps = static_cast<const float*>(o.temps.data), a.n_temps = o.temps.n;
+  a.top_k = static_cast<const int32_t*>(o.top_k.data), a.n_k = o.top_k.n;
+  a.top_p = static_cast<const float*>(o.top_p.data), a.n_p = o.top_p.n;
+  a.log_min_p = static_cast<const float*>(o.log_min_p.data), a.n_m = o.log_min_p.n;
+  a.out = out;
+  return a;
 }
 
 ffi::Error SampleCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
                       ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p,
                       ffi::Result<ffi::AnyBuffer> tokens) {
-  Rows s;
-  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
-  Grouped gk, gt, gtk, gtp, gm;
-  JN_RETURN_IF_ERROR(grouped(keys, ffi::DataType::U32, s.rows, "keys", &gk));
-  JN_RETURN_IF_ERROR(grouped(temps, ffi::DataType::F32, s.rows, "temperature", &gt));
-  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
-  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
-  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o));
   return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    SelectArgs<T> a{};
-    a.x = static_cast<const T*>(x.untyped_data());
-    a.rows = s.rows, a.cols = s.cols;
-    a.keys = static_cast<const uint32_t*>(gk.data), a.n_keys = gk.n, a.key_width = gk.width;
-    a.temps = static_cast<const float*>(gt.data), a.n_temps = gt.n;
-    set_filters(&a, gtk, gtp, gm);
-    a.out = tokens->untyped_data();
-    return launch_select<T, kSample>(stream, a, 0, "sample");
+    return launch_select<T, kSample>(stream, select_args<T>(x, o, tokens->untyped_data()), 0, "sample");
   });
 }
 
 ffi::Error FilterCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
                       ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
-  Rows s;
-  JN_RETURN_IF_ERROR(rows_of(x, "logits", &s));
-  Grouped gtk, gtp, gm;
-  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, s.rows, "top_k", &gtk));
-  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, s.rows, "top_p", &gtp));
-  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, s.rows, "min_p", &gm));
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, nullptr, nullptr, top_k, top_p, log_min_p, &o));
   return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    SelectArgs<T> a{};
-    a.x = static_cast<const T*>(x.untyped_data());
-    a.rows = s.rows, a.cols = s.cols;
-    set_filters(&a, gtk, gtp, gm);
-    a.out = filtered->untyped_data();
-    return launch_select<T, kFilter>(stream, a, 0, "filter_logits");
+    return launch_select<T, kFilter>(stream, select_args<T>(x, o, filtered->untyped_data()), 0, "filter_logits");
   });
 }
 
