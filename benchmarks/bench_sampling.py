@@ -66,14 +66,14 @@ def jnp_sample(key, x):
     return jax.random.categorical(key, x.astype(jnp.float32))
 
 
+FILTERS = {"top_k=50": dict(top_k=K), "top_p=0.9": dict(top_p=P), "top_k=50,top_p=0.9": dict(top_k=K, top_p=P),
+           "min_p=0.1": dict(min_p=MINP), "no filter": {}}
+JNP_SAMPLERS = {"top_k=50": jnp_top_k_sample, "top_p=0.9": jnp_top_p_sample,
+                "top_k=50,top_p=0.9": jnp_top_k_top_p_sample, "min_p=0.1": jnp_min_p_sample, "no filter": jnp_sample}
+TOP_KS = {"top_k op k=50": 50, "top_k op k=1024": 1024}
 METHODS = {  # name: (jaxnorm fn, jnp fn)
-    "top_k=50": (lambda k, x: jaxnorm.sample(k, x, top_k=K), jnp_top_k_sample),
-    "top_p=0.9": (lambda k, x: jaxnorm.sample(k, x, top_p=P), jnp_top_p_sample),
-    "top_k=50,top_p=0.9": (lambda k, x: jaxnorm.sample(k, x, top_k=K, top_p=P), jnp_top_k_top_p_sample),
-    "min_p=0.1": (lambda k, x: jaxnorm.sample(k, x, min_p=MINP), jnp_min_p_sample),
-    "no filter": (lambda k, x: jaxnorm.sample(k, x), jnp_sample),
-    "top_k op k=50": (lambda k, x: jaxnorm.top_k(x, 50), lambda k, x: jax.lax.top_k(x, 50)),
-    "top_k op k=1024": (lambda k, x: jaxnorm.top_k(x, 1024), lambda k, x: jax.lax.top_k(x, 1024)),
+    **{name: (lambda k, x, kw=kw: jaxnorm.sample(k, x, **kw), JNP_SAMPLERS[name]) for name, kw in FILTERS.items()},
+    **{name: (lambda k, x, n=n: jaxnorm.top_k(x, n), lambda k, x, n=n: jax.lax.top_k(x, n)) for name, n in TOP_KS.items()},
 }
 
 
@@ -84,14 +84,11 @@ def copy_ceiling() -> float:
     return 2 * n * 4 / t
 
 
-def check(name, x, got, key_fn):
+def check(name, x, got):
     """Every sampled token lies in the reference's kept set (top_k ops: equal to lax.top_k)."""
-    if name.startswith("top_k op"):
-        k = int(name.split("=")[1])
-        return bool(np.array_equal(np.asarray(got[1]), np.asarray(jax.lax.top_k(x, k)[1])))
-    kw = dict(top_k=K) if name == "top_k=50" else dict(top_p=P) if name == "top_p=0.9" else \
-        dict(top_k=K, top_p=P) if name == "top_k=50,top_p=0.9" else dict(min_p=MINP) if name == "min_p=0.1" else {}
-    keep = np.asarray(reference.sampling_mask(x, **kw))
+    if name in TOP_KS:
+        return bool(np.array_equal(np.asarray(got[1]), np.asarray(jax.lax.top_k(x, TOP_KS[name])[1])))
+    keep = np.asarray(reference.sampling_mask(x, **FILTERS[name]))
     tok = np.asarray(got)
     return bool(np.all(tok >= 0) and np.all(keep[np.arange(x.shape[0]), tok]))
 
@@ -139,7 +136,7 @@ def main(argv=None):
                     f = jax.jit(fj)
                     r = dt.device_time(f, xs, reps=3)
                     rec.update(jaxnorm_us=r["median"] * 1e6, jaxnorm_kernels=r["kernels"],
-                               ok=check(name, xs[0][1], f(*xs[0]), None))
+                               ok=check(name, xs[0][1], f(*xs[0])))
                     headline = b == 64 and v == 128256
                     if (headline or t_jnp < args.jnp_budget) and (dtype == "float32" or headline):
                         t0 = time.perf_counter()

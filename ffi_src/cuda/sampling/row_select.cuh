@@ -2,16 +2,18 @@
 // chunk of the row into shared memory once (the row's only DRAM read), and every later pass
 // (radix-select histograms, the Gumbel draw, the filtered store) reads those copies.
 //
-// Thresholds are found by radix select, 8 bits a pass from the top of an order-preserving key:
-// each CTA histograms its chunk in shared memory, the cluster sums the histograms through
-// distributed shared memory (each CTA reads every peer's, so all take the same decision), and
-// the bin holding the target is refined in the next pass. A pass stops early once the chosen bin
-// holds exactly what is still needed. Counts and fixed-point masses are integers, so the sums,
-// and therefore the thresholds, do not depend on the order of the atomic additions.
+// Thresholds are found by radix select: each CTA histograms its chunk in shared memory, the
+// cluster sums the histograms through distributed shared memory (each CTA reads every peer's, so
+// all take the same decision), and the bin holding the target is refined in the next pass. A
+// pass stops early once the chosen bin holds exactly what is still needed. Counts and fixed-point
+// masses are integers, so the sums, and therefore the thresholds, do not depend on the order of
+// the atomic additions.
 //
-// Modes: kSample (one token a row: Gumbel-max over the kept tokens), kFilter (the logits with
-// the dropped tokens at -inf), kTopK (the k largest in lax.top_k's order: radix select on the
-// value key, then on the index among ties, then a rank sort of the k winners in CTA 0).
+// Modes: kSample (one token a row: Gumbel-max over the kept tokens) and kFilter (the logits with
+// the dropped tokens at -inf) select with select_threshold: a first pass over value bins of
+// (v - max) / T, then 8 key bits a pass inside the chosen bin. kTopK (the k largest in lax.top_k's
+// order) selects with count_select on the raw key, which orders NaN and -0 as lax.top_k does and
+// needs no row maximum, then on the index among ties; CTA 0 bitonic-sorts the k winners.
 #pragma once
 
 #include <cooperative_groups.h>
