@@ -77,13 +77,6 @@ METHODS = {  # name: (jaxnorm fn, jnp fn)
 }
 
 
-def copy_ceiling() -> float:
-    n = 1 << 26  # 256 MiB of float32
-    xs = [(jnp.full((n,), float(i), jnp.float32),) for i in range(2)]
-    t = dt.device_time(jax.jit(lambda x: x + 1), xs, reps=5)["median"]
-    return 2 * n * 4 / t
-
-
 def check(name, x, got):
     """Every sampled token lies in the reference's kept set (top_k ops: equal to lax.top_k)."""
     if name in TOP_KS:
@@ -118,7 +111,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     batches = (1, 64) if args.quick else (1, 8, 64, 256)
     vocabs = (128256,) if args.quick else (32000, 128256, 151936, 256000)
-    ceiling = copy_ceiling()
+    ceiling = dt.copy_ceiling()
     print(f"copy ceiling (x + 1, 256 MiB, device time): {ceiling / 1e12:.2f} TB/s", flush=True)
     rows = []
     t_jnp = 0.0

@@ -12,6 +12,7 @@ import statistics
 from typing import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 from jax._src.lib import _profiler
 
 L2_FLUSH_BYTES = 200 << 20  # rotate inputs over at least this much memory (H100/H200 L2: 50-60 MB)
@@ -63,3 +64,28 @@ def device_time(f: Callable, args: Sequence[tuple], *, reps: int = 5) -> dict:
         median = statistics.median(sums)
     return {"mean": total / calls, "median": median, "kernels_per_call": len(events) / calls,
             "kernels": sorted({n for _, _, n in events[: max(per_call, 1)]})}
+
+
+def copy_ceiling() -> float:
+    """Bytes/s of `x + 1` over 256 MiB of float32 (bytes read + written), in device time: the
+    ceiling every memory-bound kernel is held to, measured the same way as the kernels."""
+    n = 1 << 26
+    xs = [(jnp.full((n,), float(i), jnp.float32),) for i in range(2)]
+    t = device_time(jax.jit(lambda x: x + 1), xs, reps=5)["median"]
+    return 2 * n * 4 / t
+
+
+def wall_time(f: Callable, args: Sequence[tuple], *, reps: int = 5) -> dict:
+    """The same measurement in wall clock (host overhead included), for machines without a GPU
+    profiler: a smoke test of a benchmark, never a number to compare with device time."""
+    import time
+
+    jax.block_until_ready(f(*args[0]))
+    times = []
+    for _ in range(reps):
+        for a in args:
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*a))
+            times.append(time.perf_counter() - t0)
+    return {"mean": sum(times) / len(times), "median": statistics.median(times), "kernels_per_call": None,
+            "kernels": []}

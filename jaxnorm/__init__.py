@@ -1,9 +1,14 @@
-"""jaxnorm: fused LayerNorm, RMSNorm, softmax and log-softmax, and sort-free token sampling, for JAX,
-as XLA FFI custom calls with CPU and CUDA kernels."""
+"""jaxnorm: fused LayerNorm, RMSNorm, softmax and log-softmax, sort-free token sampling, and
+padding removal for padding-free transformer layers, for JAX, as XLA FFI custom calls with CPU and
+CUDA kernels."""
 
 from jaxnorm import reference
 from jaxnorm._ffi import cuda_built
 from jaxnorm.norm import layer_norm, rms_norm
+from jaxnorm.padding import (
+    PaddingOffsets, add_qkv_bias_rebuild_padding, check_capacity, padding_offsets, rebuild_padding,
+    remove_padding, transpose_remove_padding,
+)
 from jaxnorm.sampling import filter_logits, sample, top_k
 from jaxnorm.softmax import log_softmax, softmax
 
@@ -11,5 +16,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "layer_norm", "rms_norm", "softmax", "log_softmax", "sample", "filter_logits", "top_k", "reference",
-    "cuda_built", "__version__",
+    "PaddingOffsets", "padding_offsets", "remove_padding", "rebuild_padding", "add_qkv_bias_rebuild_padding",
+    "transpose_remove_padding", "check_capacity", "cuda_built", "__version__",
 ]

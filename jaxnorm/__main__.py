@@ -256,6 +256,60 @@ def self_check_sampling() -> int:
     return failures
 
 
+def self_check_padding() -> int:
+    """The padding family: lowering, the maps and every copy equal to the reference (exact),
+    the round trip, overflow reported, and the gradients of the fused QKV rebuild."""
+    print("\n== self-check of padding removal against jaxnorm.reference")
+    failures = 0
+    rng = np.random.default_rng(2)
+    max_len, heads, head_dim = 37, 3, 8
+    lengths = jnp.asarray([0, max_len, 5, 20, 13, 1, 30], jnp.int32)
+    tokens = int(lengths.sum())
+    same = lambda a, b: all(bool(jnp.array_equal(u, v)) for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    for dtype_name in ("float32", "bfloat16"):
+        dtype = T.DTYPES[dtype_name]
+        checks = {}
+        try:
+            for capacity in (tokens + 5, tokens - 9):
+                o = jaxnorm.padding_offsets(lengths, max_len, capacity)
+                tag = f"capacity {'>' if capacity > tokens else '<'} tokens"
+                checks[f"padding_offsets == reference ({tag})"] = same(
+                    o, reference.padding_offsets(lengths, max_len, capacity))
+                checks[f"dropped tokens reported ({tag})"] = int(o.dropped) == max(0, tokens - capacity)
+                x = jnp.asarray(rng.standard_normal((7, max_len, heads * head_dim)), dtype)
+                packed = jaxnorm.remove_padding(x, o)
+                checks[f"remove/rebuild_padding == reference ({tag})"] = same(
+                    packed, reference.remove_padding(x, o)) and same(
+                    jaxnorm.rebuild_padding(packed, o), reference.rebuild_padding(packed, o))
+                qkv = jnp.asarray(rng.standard_normal((capacity, 3 * heads * head_dim)), dtype)
+                bias = jnp.asarray(rng.standard_normal((3 * heads * head_dim,)), jnp.float32)
+                for layout in ("BHLD", "BLHD"):
+                    parts = jaxnorm.add_qkv_bias_rebuild_padding(qkv, bias, o, heads, layout=layout)
+                    checks[f"add_qkv_bias_rebuild_padding {layout} == reference ({tag})"] = same(
+                        parts, reference.add_qkv_bias_rebuild_padding(qkv, bias, o, heads, layout=layout))
+                    checks[f"transpose_remove_padding {layout} == reference ({tag})"] = same(
+                        jaxnorm.transpose_remove_padding(parts[0], o, layout=layout),
+                        reference.transpose_remove_padding(parts[0], o, layout=layout))
+            o = jaxnorm.padding_offsets(lengths, max_len, tokens)
+            loss = lambda f: lambda q, b: sum(jnp.sum(p.astype(jnp.float32) ** 2) for p in f(q, b, o, heads))
+            qkv = jnp.asarray(rng.standard_normal((tokens, 3 * heads * head_dim)), dtype)
+            got = jax.grad(loss(jaxnorm.add_qkv_bias_rebuild_padding), argnums=(0, 1))(qkv, bias)
+            want = jax.grad(loss(reference.add_qkv_bias_rebuild_padding), argnums=(0, 1))(qkv, bias)
+            checks["grad of add_qkv_bias_rebuild_padding == reference"] = same(got[0], want[0]) and bool(
+                jnp.allclose(got[1], want[1], rtol=1e-5, atol=1e-5))
+            targets, err = _lowered_targets(lambda x, l: jaxnorm.remove_padding(
+                x, jaxnorm.padding_offsets(l, max_len, tokens)), x, lengths)
+            checks["lowers to jaxnorm_pad_offsets + jaxnorm_pad_pack"] = (
+                {"jaxnorm_pad_offsets", "jaxnorm_pad_pack"} <= targets and not err)
+        except Exception as e:
+            checks["ran"] = False
+            print(f"FAIL  padding {dtype_name}: {T._err(e, 300)}")
+        for name, ok in checks.items():
+            print(f"{'PASS' if ok else 'FAIL'}  {name:<60} {dtype_name}")
+            failures += not ok
+    return failures
+
+
 # ----------------------------------------------------------------------------------------------
 # (c) timing
 
@@ -333,6 +387,7 @@ def main(argv=None) -> int:
     if not args.no_check:
         failures += self_check()
         failures += self_check_sampling()
+        failures += self_check_padding()
     if not args.no_bench:
         failures += timing(args.dtype)
     print(f"\n{'FAILED' if failures else 'OK'}: {failures} failure(s), "

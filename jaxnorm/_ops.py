@@ -78,6 +78,38 @@ TOP_K = FfiOp(
     attrs=("k",),
 )
 
+# Padding removal: index maps from the lengths, then copies between the padded layout
+# (B, heads, L, head_dim) and the packed rows (T, width). Both copies take both maps (source: the
+# padded position of each packed row; position: the packed row of each padded position), so each
+# one's transpose, the other copy, has the map it needs. "3" variants move q, k, v in one launch.
+PAD_OFFSETS = FfiOp(
+    name="jaxnorm_pad_offsets",
+    operands=("B",),  # lengths
+    results=(("capacity", np.int32), ("B,max_len", np.int32), ("B", np.int32), ("2", np.int32)),
+    attrs=(),  # source, position, starts, (tokens, dropped)
+)
+
+
+def _pad_unpack(parts):
+    return FfiOp(
+        name="jaxnorm_pad_unpack" + ("3" if parts == 3 else ""),
+        operands=("T,W", "W?", "B,L", "T"),  # packed, bias (f32), position, source
+        results=(("B,heads,L,head_dim", "x"),) * parts,
+        attrs=("heads",),
+    )
+
+
+def _pad_pack(parts):
+    return FfiOp(
+        name="jaxnorm_pad_pack" + ("3" if parts == 3 else ""),
+        operands=("B,heads,L,head_dim",) * parts + ("T", "B,L"),  # parts, source, position
+        results=(("T,width", "x"),),
+        attrs=(),
+    )
+
+
+PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3 = _pad_unpack(1), _pad_unpack(3), _pad_pack(1), _pad_pack(3)
+
 norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
 softmax_fwd_p = make_primitive(SOFTMAX_FWD)
@@ -85,5 +117,12 @@ softmax_bwd_p = make_primitive(SOFTMAX_BWD)
 sample_p = make_primitive(SAMPLE)
 filter_p = make_primitive(FILTER)
 top_k_p = make_primitive(TOP_K)
+pad_offsets_p = make_primitive(PAD_OFFSETS)
+pad_unpack_p = {1: make_primitive(PAD_UNPACK), 3: make_primitive(PAD_UNPACK3)}
+pad_pack_p = {1: make_primitive(PAD_PACK), 3: make_primitive(PAD_PACK3)}
 
-TARGETS = tuple(op.name for op in (NORM_FWD, NORM_BWD, SOFTMAX_FWD, SOFTMAX_BWD, SAMPLE, FILTER, TOP_K))
+TARGETS = tuple(
+    op.name
+    for op in (NORM_FWD, NORM_BWD, SOFTMAX_FWD, SOFTMAX_BWD, SAMPLE, FILTER, TOP_K,
+               PAD_OFFSETS, PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3)
+)

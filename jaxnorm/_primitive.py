@@ -13,10 +13,16 @@ from the specs alone:
   "G"   (results) the `groups` parameter: rows split into G equal groups (per-group column sums).
         vmap multiplies G by the batch size, so per-example sums stay per example.
   "k"   (results) the `k` parameter.
-  A trailing "?" marks an optional operand, passed as an empty placeholder (0,) when absent.
+  Any other name takes its size from the first operand dimension it labels ("B,L" binds B and L;
+  "T" in a result is then the size of an operand's T), else from the parameter of that name
+  ("heads"); a number is that size.
+  A trailing "?" marks an optional operand, passed as an empty placeholder (0,) when absent; it
+  binds no size.
 
 An operand whose spec starts with "R" or "N" is batched by folding; any other operand (per-column
-parameters, "C") is shared by every row, and a batched one makes vmap map sequentially.
+parameters, "C") is shared by every row, and a batched one makes vmap map sequentially. A family
+whose operands are not rows (index maps, sequences) replaces the vmap rule with its own
+(`batching.primitive_batchers[prim]`), as jaxnorm.padding does.
 A result's dtype is "x" (the first operand's) or a numpy dtype.
 
 Extra results that the kernels need as workspace (never seen by JAX users) are added in the
@@ -61,14 +67,34 @@ def _folds(spec: str) -> bool:
     return _symbols(spec)[0] in ("R", "N")
 
 
+_PARAM_OF = {"G": "groups"}
+
+
+def _bound_sizes(op: FfiOp, avals, params) -> dict:
+    sizes = {}
+    for spec, aval in zip(op.operands, avals):
+        if spec.endswith("?"):
+            continue
+        for sym, n in zip(_symbols(spec), aval.shape):
+            if sym not in ("N", "*"):
+                sizes.setdefault(sym, n)
+    return sizes
+
+
+def _size(sym: str, sizes: dict, params: dict) -> int:
+    if sym.isdigit():
+        return int(sym)
+    if sym in sizes:
+        return sizes[sym]
+    return params[_PARAM_OF.get(sym, sym)]
+
+
 def _result_avals(op: FfiOp, avals, params):
-    lead = avals[0].shape
-    sizes = {"R": lead[0], "C": lead[1] if len(lead) > 1 else None,
-             "G": params.get("groups"), "k": params.get("k")}
+    sizes = _bound_sizes(op, avals, params)
     out = []
     for spec, dtype in op.results:
         dt = avals[0].dtype if dtype == "x" else np.dtype(dtype)
-        out.append(result_aval(avals, tuple(sizes[s] for s in _symbols(spec)), dt))
+        out.append(result_aval(avals, tuple(_size(s, sizes, params) for s in _symbols(spec)), dt))
     return out
 
 
@@ -102,6 +128,21 @@ def _fold(arg, bdim, size):
     return arg.reshape((size * arg.shape[1], *arg.shape[2:]))
 
 
+def map_batching(args, dims, *, prim: Primitive, **params):
+    """The vmap rule of last resort: one launch per example (lax.map over the batch)."""
+    moved = [a if d is NOT_MAPPED else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+    mapped_idx = [i for i, d in enumerate(dims) if d is not NOT_MAPPED]
+
+    def body(sl):
+        full = list(moved)
+        for i, s in zip(mapped_idx, sl):
+            full[i] = s
+        return tuple(prim.bind(*full, **params))
+
+    outs = jax.lax.map(body, tuple(moved[i] for i in mapped_idx))
+    return list(outs), [0] * len(outs)
+
+
 def _batching(args, dims, *, op: FfiOp, prim: Primitive, **params):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
     shared_batched = any(
@@ -109,17 +150,7 @@ def _batching(args, dims, *, op: FfiOp, prim: Primitive, **params):
     )
     if shared_batched:
         # Per-example shared operands (scale/bias) cannot share one launch: map over the batch.
-        moved = [a if d is NOT_MAPPED else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
-        mapped_idx = [i for i, d in enumerate(dims) if d is not NOT_MAPPED]
-
-        def body(sl):
-            full = list(moved)
-            for i, s in zip(mapped_idx, sl):
-                full[i] = s
-            return tuple(prim.bind(*full, **params))
-
-        outs = jax.lax.map(body, tuple(moved[i] for i in mapped_idx))
-        return list(outs), [0] * len(outs)
+        return map_batching(args, dims, prim=prim, **params)
 
     folded = []
     for a, d, spec in zip(args, dims, op.operands):

@@ -142,3 +142,62 @@ def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1):
 
 def top_k(operand, k):
     return jax.lax.top_k(operand, k)
+
+
+# ---- padding removal: plain gathers and scatters on the same maps ----
+
+
+def padding_offsets(lengths, max_len, capacity):
+    """Tokens packed sequence by sequence; those past ``capacity`` dropped (position -1)."""
+    from jaxnorm.padding import PaddingOffsets
+
+    lengths = jnp.clip(lengths, 0, max_len).astype(jnp.int32)
+    batch = lengths.shape[0]
+    ends = jnp.cumsum(lengths)
+    starts = ends - lengths
+    t = jnp.arange(max_len, dtype=jnp.int32)
+    row = starts[:, None] + t
+    kept = (t < lengths[:, None]) & (row < capacity)
+    position = jnp.where(kept, row, -1)
+    padded_index = jnp.arange(batch * max_len, dtype=jnp.int32).reshape(batch, max_len)
+    source = jnp.full((capacity,), -1, jnp.int32).at[jnp.where(kept, row, capacity)].set(padded_index, mode="drop")
+    total = ends[-1] if batch else jnp.int32(0)
+    tokens = jnp.minimum(total, capacity).astype(jnp.int32)
+    return PaddingOffsets(source, position, jnp.minimum(starts, capacity), lengths, tokens,
+                          (total - tokens).astype(jnp.int32))
+
+
+def _gather_rows(rows, index):
+    got = rows[jnp.clip(index, 0, rows.shape[0] - 1)]
+    keep = (index >= 0).reshape(index.shape + (1,) * (rows.ndim - 1))
+    return jnp.where(keep, got, jnp.zeros((), rows.dtype))
+
+
+def remove_padding(x, offsets):
+    return _gather_rows(x.reshape(-1, *x.shape[2:]), offsets.source)
+
+
+def rebuild_padding(packed, offsets):
+    return _gather_rows(packed, offsets.position)
+
+
+def add_qkv_bias_rebuild_padding(qkv, bias, offsets, num_heads, *, layout="BHLD"):
+    if isinstance(qkv, (tuple, list)):
+        qkv = jnp.concatenate(qkv, axis=-1)
+    if bias is not None:
+        qkv = (qkv.astype(jnp.float32) + bias.reshape(-1).astype(jnp.float32)).astype(qkv.dtype)
+    full = rebuild_padding(qkv, offsets)  # [B, L, 3 * H * D]
+    b, l, w = full.shape
+    parts = full.reshape(b, l, 3, num_heads, w // (3 * num_heads))
+    if layout == "BHLD":
+        parts = parts.transpose(2, 0, 3, 1, 4)
+    else:
+        parts = parts.transpose(2, 0, 1, 3, 4)
+    return tuple(parts)
+
+
+def transpose_remove_padding(attn_out, offsets, *, layout="BHLD"):
+    if layout == "BHLD":
+        attn_out = attn_out.transpose(0, 2, 1, 3)
+    b, l, h, d = attn_out.shape
+    return remove_padding(attn_out.reshape(b, l, h * d), offsets)

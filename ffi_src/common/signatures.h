@@ -15,6 +15,17 @@
 //                log_min_p (P) f32 -> tokens (R) s32
 //   filter:      logits (R, V), top_k (P) s32, top_p (P) f32, log_min_p (P) f32 -> filtered (R, V)
 //   top_k:       x (R, V) -> indices (R, k) s32; attribute k
+//   pad_offsets: lengths (B) s32 -> source (T) s32, position (B, L) s32, starts (B) s32,
+//                counts (2) s32 = (tokens kept, tokens dropped)
+//   pad_unpack, pad_unpack3 (P = 1, 3 parts):
+//                packed (T, W), bias (W | 0) f32, position (B, L) s32, source (T) s32
+//                -> P parts (B, H, L, D), W = P * H * D; attribute heads (H)
+//   pad_pack, pad_pack3:
+//                P parts (B, H, L, D), source (T) s32, position (B, L) s32 -> packed (T, P * H * D)
+//                source[t] = b * L + l, the padded position of packed row t, or -1 (a zero row);
+//                position[b, l] = the packed row of (b, l), or -1 (padding, zeros).
+//                Each copy takes both maps so that its transpose (the other copy) has the one
+//                it needs; it reads only its own.
 //                "Grouped" operands (keys and the per-row parameters, each its own G or P) have a
 //                first dimension dividing R: row r reads entry r / (R / G), so one entry serves
 //                every row and vmap folds a batch axis into them as into the rows.
@@ -101,6 +112,144 @@ auto filter_signature(B b) {
 template <class B>
 auto top_k_signature(B b) {
   return std::move(b).template Arg<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>().template Attr<int64_t>("k");
+}
+
+template <class B>
+auto pad_offsets_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>();
+}
+
+template <int P, class B>
+auto pad_unpack_signature(B b) {
+  auto args = std::move(b).template Arg<ffi::AnyBuffer>()
+                  .template Arg<ffi::AnyBuffer>()
+                  .template Arg<ffi::AnyBuffer>()
+                  .template Arg<ffi::AnyBuffer>()
+                  .template Ret<ffi::AnyBuffer>();
+  if constexpr (P == 3) {
+    return std::move(args).template Ret<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>().template Attr<int64_t>("heads");
+  } else {
+    return std::move(args).template Attr<int64_t>("heads");
+  }
+}
+
+template <int P, class B>
+auto pad_pack_signature(B b) {
+  auto parts = std::move(b).template Arg<ffi::AnyBuffer>();
+  if constexpr (P == 3) {
+    return std::move(parts).template Arg<ffi::AnyBuffer>()
+        .template Arg<ffi::AnyBuffer>()
+        .template Arg<ffi::AnyBuffer>()
+        .template Arg<ffi::AnyBuffer>()
+        .template Ret<ffi::AnyBuffer>();
+  } else {
+    return std::move(parts).template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>();
+  }
+}
+
+// The shapes one padding copy moves between: P parts (B, H, L, D) <-> packed (T, P * H * D), of
+// elements of `elem_bytes`; `bias` (P * H * D floats) only when unpacking with one.
+struct PadLayout {
+  int64_t parts = 1, batch = 0, heads = 1, max_len = 0, head_dim = 0, capacity = 0, elem_bytes = 0;
+  const int32_t* source = nullptr;    // (T)
+  const int32_t* position = nullptr;  // (B, L)
+  const float* bias = nullptr;
+  int64_t width() const { return parts * heads * head_dim; }
+  int64_t padded_segments() const { return batch * heads * max_len; }  // per part
+};
+
+inline ffi::Error pad_maps(const ffi::AnyBuffer& position, const ffi::AnyBuffer& source, PadLayout* l) {
+  JN_RETURN_IF_ERROR(check_dtype(position, ffi::DataType::S32, "position"));
+  JN_RETURN_IF_ERROR(check_dtype(source, ffi::DataType::S32, "source"));
+  Rows pos;
+  JN_RETURN_IF_ERROR(rows_of(position, "position", &pos));
+  l->batch = pos.rows;
+  l->max_len = pos.cols;
+  l->capacity = static_cast<int64_t>(source.element_count());
+  l->position = static_cast<const int32_t*>(position.untyped_data());
+  l->source = static_cast<const int32_t*>(source.untyped_data());
+  return ffi::Error::Success();
+}
+
+// A (B, H, L, D) part of `like`'s dtype matching the maps' B and L.
+inline ffi::Error pad_part(const ffi::AnyBuffer& part, const ffi::AnyBuffer& like, PadLayout* l) {
+  auto d = part.dimensions();
+  if (d.size() != 4 || d[0] != l->batch || d[2] != l->max_len || part.element_type() != like.element_type()) {
+    return ffi::Error::InvalidArgument("jaxnorm: padding parts must be (batch, heads, max_len, head_dim) of one dtype");
+  }
+  l->heads = d[1];
+  l->head_dim = d[3];
+  l->elem_bytes = static_cast<int64_t>(ffi::ByteWidth(part.element_type()));
+  return ffi::Error::Success();
+}
+
+inline ffi::Error pad_unpack_layout(int parts, const ffi::AnyBuffer& packed, const ffi::AnyBuffer& bias,
+                                    const ffi::AnyBuffer& position, const ffi::AnyBuffer& source, int64_t heads,
+                                    PadLayout* l) {
+  JN_RETURN_IF_ERROR(pad_maps(position, source, l));
+  Rows p;
+  JN_RETURN_IF_ERROR(rows_of(packed, "packed", &p));
+  l->parts = parts;
+  l->heads = heads;
+  if (p.rows != l->capacity || heads < 1 || p.cols % (parts * heads) != 0) {
+    return ffi::Error::InvalidArgument("jaxnorm: packed rows must be (capacity, parts * heads * head_dim)");
+  }
+  l->head_dim = p.cols / (parts * heads);
+  l->elem_bytes = static_cast<int64_t>(ffi::ByteWidth(packed.element_type()));
+  if (bias.element_count() != 0) {
+    JN_RETURN_IF_ERROR(check_dtype(bias, ffi::DataType::F32, "bias"));
+    JN_RETURN_IF_ERROR(check_size(bias, p.cols, "bias"));
+    l->bias = static_cast<const float*>(bias.untyped_data());
+  }
+  return ffi::Error::Success();
+}
+
+// The packing direction's layout: P parts of one shape, the result (T, P * H * D).
+inline ffi::Error pad_pack_layout(const ffi::AnyBuffer* const* parts, int n_parts, const ffi::AnyBuffer& source,
+                                  const ffi::AnyBuffer& position, const ffi::AnyBuffer& packed, PadLayout* l) {
+  JN_RETURN_IF_ERROR(pad_maps(position, source, l));
+  l->parts = n_parts;
+  JN_RETURN_IF_ERROR(pad_part(*parts[0], *parts[0], l));
+  for (int p = 1; p < n_parts; ++p) {
+    PadLayout q = *l;
+    JN_RETURN_IF_ERROR(pad_part(*parts[p], *parts[0], &q));
+    if (q.heads != l->heads || q.head_dim != l->head_dim) {
+      return ffi::Error::InvalidArgument("jaxnorm: padding parts must share one shape");
+    }
+  }
+  return check_size(packed, l->capacity * l->width(), "packed");
+}
+
+// Every offsets handler's work: lengths clamped to [0, L], their exclusive prefix sums in
+// `starts` (clamped to the capacity), the maps, and (tokens kept, tokens dropped).
+struct PadOffsetsArgs {
+  int64_t batch = 0, max_len = 0, capacity = 0;
+  const int32_t* lengths = nullptr;
+  int32_t *source = nullptr, *position = nullptr, *starts = nullptr, *counts = nullptr;
+};
+
+inline ffi::Error pad_offsets_args(const ffi::AnyBuffer& lengths, ffi::Result<ffi::AnyBuffer>& source,
+                                   ffi::Result<ffi::AnyBuffer>& position, ffi::Result<ffi::AnyBuffer>& starts,
+                                   ffi::Result<ffi::AnyBuffer>& counts, PadOffsetsArgs* a) {
+  JN_RETURN_IF_ERROR(check_dtype(lengths, ffi::DataType::S32, "lengths"));
+  Rows pos;
+  JN_RETURN_IF_ERROR(rows_of(*position, "position", &pos));
+  a->batch = static_cast<int64_t>(lengths.element_count());
+  a->max_len = pos.cols;
+  a->capacity = static_cast<int64_t>(source->element_count());
+  if (pos.rows != a->batch || a->batch * a->max_len >= (int64_t{1} << 31) || a->capacity >= (int64_t{1} << 31)) {
+    return ffi::Error::InvalidArgument("jaxnorm: padding_offsets needs batch * max_len and capacity below 2^31");
+  }
+  a->lengths = static_cast<const int32_t*>(lengths.untyped_data());
+  a->source = static_cast<int32_t*>(source->untyped_data());
+  a->position = static_cast<int32_t*>(position->untyped_data());
+  a->starts = static_cast<int32_t*>(starts->untyped_data());
+  a->counts = static_cast<int32_t*>(counts->untyped_data());
+  return ffi::Error::Success();
 }
 
 // A grouped operand (see the layouts above): `dtype`, rank <= 2, its first dimension G >= 1

@@ -11,6 +11,11 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadOffsetsCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpackCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpack3Cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPackCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPack3Cpu);
 
 NB_MODULE(_jaxnorm_cpu, m) {
   m.def("registrations", []() {
@@ -22,6 +27,11 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCpu);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCpu);
     JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCpu);
+    JN_REGISTER(d, "jaxnorm_pad_offsets", JaxnormPadOffsetsCpu);
+    JN_REGISTER(d, "jaxnorm_pad_unpack", JaxnormPadUnpackCpu);
+    JN_REGISTER(d, "jaxnorm_pad_unpack3", JaxnormPadUnpack3Cpu);
+    JN_REGISTER(d, "jaxnorm_pad_pack", JaxnormPadPackCpu);
+    JN_REGISTER(d, "jaxnorm_pad_pack3", JaxnormPadPack3Cpu);
     return d;
   });
 }

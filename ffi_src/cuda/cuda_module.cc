@@ -13,6 +13,11 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadOffsetsCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpackCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpack3Cuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPackCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPack3Cuda);
 
 NB_MODULE(_jaxnorm_cuda, m) {
   m.def("registrations", []() {
@@ -24,6 +29,11 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCuda);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCuda);
     JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCuda);
+    JN_REGISTER(d, "jaxnorm_pad_offsets", JaxnormPadOffsetsCuda);
+    JN_REGISTER(d, "jaxnorm_pad_unpack", JaxnormPadUnpackCuda);
+    JN_REGISTER(d, "jaxnorm_pad_unpack3", JaxnormPadUnpack3Cuda);
+    JN_REGISTER(d, "jaxnorm_pad_pack", JaxnormPadPackCuda);
+    JN_REGISTER(d, "jaxnorm_pad_pack3", JaxnormPadPack3Cuda);
     return d;
   });
   // Reads the current device (initializing CUDA): call only once JAX has a GPU backend.

@@ -1,0 +1,168 @@
+// Padding removal kernels: the maps from the lengths (a prefix sum every CTA recomputes in shared
+// memory, so one launch does everything), and the copies between the padded layout (B, H, L, D)
+// and the packed rows (T, P * H * D).
+//
+// A copy moves head_dim segments in units of up to 16 bytes, one unit per thread: a padded
+// segment is written as zeros by the same store (no memset), a packed row past the token count
+// likewise. The copies read only what they write (no atomics), so results are exact.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+
+#include "common/signatures.h"
+#include "cuda/device_types.cuh"
+
+namespace jaxnorm {
+namespace padding {
+
+constexpr int kThreads = 256;
+constexpr int kOffsetsThreads = 1024;
+
+// ---- the maps ----
+
+// Every CTA scans the lengths into shared memory (batch + 1 unclamped prefix sums), then fills
+// its share of position (B * L entries) and source (T entries).
+__global__ void __launch_bounds__(kOffsetsThreads) offsets_kernel(PadOffsetsArgs a) {
+  extern __shared__ int32_t s_start[];
+  using Scan = cub::BlockScan<int32_t, kOffsetsThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  const int batch = static_cast<int>(a.batch), max_len = static_cast<int>(a.max_len);
+  const int capacity = static_cast<int>(a.capacity);
+  int32_t carry = 0;
+  for (int base = 0; base < batch; base += kOffsetsThreads) {
+    const int b = base + threadIdx.x;
+    const int32_t len = b < batch ? min(max(a.lengths[b], 0), max_len) : 0;
+    int32_t before, total;
+    Scan(scan_tmp).ExclusiveSum(len, before, total);
+    if (b < batch) s_start[b] = carry + before;
+    carry += total;
+    __syncthreads();  // scan_tmp is reused
+  }
+  if (threadIdx.x == 0) s_start[batch] = carry;
+  __syncthreads();
+  const int kept = min(carry, capacity);
+  if (blockIdx.x == 0) {
+    for (int b = threadIdx.x; b < batch; b += kOffsetsThreads) a.starts[b] = min(s_start[b], capacity);
+    if (threadIdx.x == 0) {
+      a.counts[0] = kept;
+      a.counts[1] = carry - kept;
+    }
+  }
+  const int stride = gridDim.x * kOffsetsThreads;
+  const int first = blockIdx.x * kOffsetsThreads + threadIdx.x;
+  for (int e = first; e < batch * max_len; e += stride) {
+    const int b = e / max_len, t = e - b * max_len;
+    const int row = s_start[b] + t;
+    a.position[e] = t < s_start[b + 1] - s_start[b] && row < capacity ? row : -1;
+  }
+  for (int r = first; r < capacity; r += stride) {
+    int src = -1;
+    if (r < kept) {  // the last sequence starting at or before r (a non-empty one, since r < kept)
+      int lo = 0, hi = batch;  // s_start[lo] <= r < s_start[hi]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (s_start[mid] <= r) lo = mid; else hi = mid;
+      }
+      src = lo * max_len + (r - s_start[lo]);
+    }
+    a.source[r] = src;
+  }
+}
+
+// ---- the copies ----
+
+// The memory unit of a copy without arithmetic: `bytes` bytes in one access.
+template <int kBytes>
+struct Word;
+template <> struct Word<16> { using type = uint4; };
+template <> struct Word<8> { using type = uint2; };
+template <> struct Word<4> { using type = uint32_t; };
+template <> struct Word<2> { using type = uint16_t; };
+template <> struct Word<1> { using type = uint8_t; };
+
+// A copy's unit moved as is.
+template <int kBytes>
+struct Move {
+  using Unit = typename Word<kBytes>::type;
+  __device__ __forceinline__ static Unit apply(Unit v, const float*, int64_t) { return v; }
+};
+
+// A unit of N elements of T with the bias of its columns added in float. The bias columns of a
+// unit start at a multiple of N floats, so for N % 4 == 0 they are read as float4s.
+template <class T, int N>
+struct AddBias {
+  using Unit = Pack<T, N>;
+  __device__ __forceinline__ static Unit apply(Unit v, const float* bias, int64_t unit_col) {
+    float b[N];
+    if constexpr (N % 4 == 0) {
+      const float4* b4 = reinterpret_cast<const float4*>(bias + unit_col * N);
+#pragma unroll
+      for (int j = 0; j < N / 4; ++j) {
+        const float4 f = __ldg(b4 + j);
+        b[4 * j] = f.x, b[4 * j + 1] = f.y, b[4 * j + 2] = f.z, b[4 * j + 3] = f.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) b[i] = __ldg(bias + unit_col * N + i);
+    }
+    Unit out;
+#pragma unroll
+    for (int i = 0; i < N; ++i) out.v[i] = from_float<T>(to_float(v.v[i]) + b[i]);
+    return out;
+  }
+};
+
+// Dimensions of a copy counted in units; I is the index type (32-bit when the counts fit).
+template <class I>
+struct UnitLayout {
+  I units;   // per head_dim segment
+  I heads;   // H
+  I max_len;  // L
+  I segments_per_row;  // P * H: segments of a packed row
+};
+
+// packed (T, P*H*D) -> P parts (B, H, L, D); part p = blockIdx.y.
+template <class Op, class I>
+__global__ void __launch_bounds__(kThreads)
+unpack_kernel(const typename Op::Unit* __restrict__ packed, const float* __restrict__ bias,
+              const int32_t* __restrict__ position, typename Op::Unit* out0, typename Op::Unit* out1,
+              typename Op::Unit* out2, UnitLayout<I> d, I total) {
+  const I i = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= total) return;
+  const int p = blockIdx.y;
+  const I u = i % d.units, seg = i / d.units;
+  const I t = seg % d.max_len, bh = seg / d.max_len;
+  const I h = bh % d.heads, b = bh / d.heads;
+  const int32_t row = __ldg(position + b * d.max_len + t);
+  typename Op::Unit v = {};
+  if (row >= 0) {
+    const int64_t col = (static_cast<int64_t>(p) * d.heads + h) * d.units + u;
+    v = Op::apply(packed[static_cast<int64_t>(row) * d.segments_per_row * d.units + col], bias, col);
+  }
+  (p == 0 ? out0 : p == 1 ? out1 : out2)[i] = v;
+}
+
+// P parts (B, H, L, D) -> packed (T, P*H*D).
+template <class Unit, class I>
+__global__ void __launch_bounds__(kThreads)
+pack_kernel(const Unit* __restrict__ in0, const Unit* __restrict__ in1, const Unit* __restrict__ in2,
+            const int32_t* __restrict__ source, Unit* __restrict__ packed, UnitLayout<I> d, I total) {
+  const I i = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= total) return;
+  const I u = i % d.units, seg = i / d.units;
+  const I ph = seg % d.segments_per_row, row = seg / d.segments_per_row;
+  const I p = ph / d.heads, h = ph % d.heads;
+  const int32_t src = __ldg(source + row);
+  Unit v = {};
+  if (src >= 0) {
+    const I b = static_cast<I>(src) / d.max_len, t = static_cast<I>(src) % d.max_len;
+    const Unit* in = p == 0 ? in0 : p == 1 ? in1 : in2;
+    v = in[((static_cast<int64_t>(b) * d.heads + h) * d.max_len + t) * d.units + u];
+  }
+  packed[i] = v;
+}
+
+}  // namespace padding
+}  // namespace jaxnorm
