@@ -13,6 +13,7 @@
 
 #include "common/signatures.h"
 #include "cuda/device_types.cuh"
+#include "cuda/divisor.h"
 
 namespace jaxnorm {
 namespace padding {
@@ -114,14 +115,26 @@ struct AddBias {
   }
 };
 
+// n = q * d + r.
+template <class I>
+__device__ __forceinline__ I divmod(const Divisor<I>& d, I n, I* r) {
+  const I q = d.div(n);
+  *r = n - q * d.d;
+  return q;
+}
+
 // Dimensions of a copy counted in units; I is the index type (32-bit when the counts fit).
 template <class I>
 struct UnitLayout {
-  I units;   // per head_dim segment
-  I heads;   // H
-  I max_len;  // L
-  I segments_per_row;  // P * H: segments of a packed row
+  Divisor<I> units;             // per head_dim segment
+  Divisor<I> heads;             // H
+  Divisor<I> max_len;           // L
+  Divisor<I> segments_per_row;  // P * H: segments of a packed row
 };
+
+// Units a thread moves: all its loads are issued before its stores, so each thread keeps
+// kUnroll * 16 bytes in flight.
+constexpr int kUnroll = 4;
 
 // packed (T, P*H*D) -> P parts (B, H, L, D); part p = blockIdx.y.
 template <class Op, class I>
@@ -129,19 +142,31 @@ __global__ void __launch_bounds__(kThreads)
 unpack_kernel(const typename Op::Unit* __restrict__ packed, const float* __restrict__ bias,
               const int32_t* __restrict__ position, typename Op::Unit* out0, typename Op::Unit* out1,
               typename Op::Unit* out2, UnitLayout<I> d, I total) {
-  const I i = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= total) return;
+  using Unit = typename Op::Unit;
   const int p = blockIdx.y;
-  const I u = i % d.units, seg = i / d.units;
-  const I t = seg % d.max_len, bh = seg / d.max_len;
-  const I h = bh % d.heads, b = bh / d.heads;
-  const int32_t row = __ldg(position + b * d.max_len + t);
-  typename Op::Unit v = {};
-  if (row >= 0) {
-    const int64_t col = (static_cast<int64_t>(p) * d.heads + h) * d.units + u;
-    v = Op::apply(packed[static_cast<int64_t>(row) * d.segments_per_row * d.units + col], bias, col);
+  Unit* out = p == 0 ? out0 : p == 1 ? out1 : out2;
+  const I first = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
+  Unit v[kUnroll];
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    v[j] = Unit{};
+    if (i >= total) continue;
+    I u, t, h;
+    const I seg = divmod(d.units, i, &u);
+    const I bh = divmod(d.max_len, seg, &t);
+    const I b = divmod(d.heads, bh, &h);
+    const int32_t row = __ldg(position + b * d.max_len.d + t);
+    if (row >= 0) {
+      const int64_t col = (static_cast<int64_t>(p) * d.heads.d + h) * d.units.d + u;
+      v[j] = Op::apply(packed[static_cast<int64_t>(row) * d.segments_per_row.d * d.units.d + col], bias, col);
+    }
   }
-  (p == 0 ? out0 : p == 1 ? out1 : out2)[i] = v;
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    if (i < total) out[i] = v[j];
+  }
 }
 
 // P parts (B, H, L, D) -> packed (T, P*H*D).
@@ -149,19 +174,29 @@ template <class Unit, class I>
 __global__ void __launch_bounds__(kThreads)
 pack_kernel(const Unit* __restrict__ in0, const Unit* __restrict__ in1, const Unit* __restrict__ in2,
             const int32_t* __restrict__ source, Unit* __restrict__ packed, UnitLayout<I> d, I total) {
-  const I i = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= total) return;
-  const I u = i % d.units, seg = i / d.units;
-  const I ph = seg % d.segments_per_row, row = seg / d.segments_per_row;
-  const I p = ph / d.heads, h = ph % d.heads;
-  const int32_t src = __ldg(source + row);
-  Unit v = {};
-  if (src >= 0) {
-    const I b = static_cast<I>(src) / d.max_len, t = static_cast<I>(src) % d.max_len;
-    const Unit* in = p == 0 ? in0 : p == 1 ? in1 : in2;
-    v = in[((static_cast<int64_t>(b) * d.heads + h) * d.max_len + t) * d.units + u];
+  const I first = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
+  Unit v[kUnroll];
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    v[j] = Unit{};
+    if (i >= total) continue;
+    I u, ph, p, h, t;
+    const I seg = divmod(d.units, i, &u);
+    const I row = divmod(d.segments_per_row, seg, &ph);
+    p = divmod(d.heads, ph, &h);
+    const int32_t src = __ldg(source + row);
+    if (src >= 0) {
+      const I b = divmod(d.max_len, static_cast<I>(src), &t);
+      const Unit* in = p == 0 ? in0 : p == 1 ? in1 : in2;
+      v[j] = in[((static_cast<int64_t>(b) * d.heads.d + h) * d.max_len.d + t) * d.units.d + u];
+    }
   }
-  packed[i] = v;
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    if (i < total) packed[i] = v[j];
+  }
 }
 
 }  // namespace padding

@@ -36,8 +36,8 @@ int unit_bytes(int64_t segment_bytes) {
 
 template <class I>
 UnitLayout<I> unit_layout(const PadLayout& l, int unit) {
-  return {static_cast<I>(l.head_dim * l.elem_bytes / unit), static_cast<I>(l.heads), static_cast<I>(l.max_len),
-          static_cast<I>(l.parts * l.heads)};
+  return {Divisor<I>(static_cast<I>(l.head_dim * l.elem_bytes / unit)), Divisor<I>(static_cast<I>(l.heads)),
+          Divisor<I>(static_cast<I>(l.max_len)), Divisor<I>(static_cast<I>(l.parts * l.heads))};
 }
 
 // Calls f(std::integral_constant<int, kBytes>) for the unit size.
@@ -56,7 +56,7 @@ template <class Op>
 ffi::Error launch_unpack(cudaStream_t stream, const PadLayout& l, const void* packed, void* const* outs, int unit) {
   using Unit = typename Op::Unit;
   const int64_t total = l.padded_segments() * l.head_dim * l.elem_bytes / unit;
-  const dim3 grid(static_cast<unsigned>(ceil_div(total, kThreads)), static_cast<unsigned>(l.parts));
+  const dim3 grid(static_cast<unsigned>(ceil_div(total, kThreads * kUnroll)), static_cast<unsigned>(l.parts));
   auto args = [&](auto index) {
     using I = decltype(index);
     return launch(unpack_kernel<Op, I>, grid, dim3(kThreads), 1, stream, "rebuild_padding",
@@ -118,7 +118,7 @@ ffi::Error pad_pack(cudaStream_t stream, const ffi::AnyBuffer* const* parts, con
     using Unit = typename Word<decltype(bytes)::value>::type;
     auto run = [&](auto index) {
       using I = decltype(index);
-      return launch(pack_kernel<Unit, I>, dim3(static_cast<unsigned>(ceil_div(total, kThreads))), dim3(kThreads), 1,
+      return launch(pack_kernel<Unit, I>, dim3(static_cast<unsigned>(ceil_div(total, kThreads * kUnroll))), dim3(kThreads), 1,
                     stream, "remove_padding", static_cast<const Unit*>(in[0]), static_cast<const Unit*>(in[1]),
                     static_cast<const Unit*>(in[2]), l.source, static_cast<Unit*>(packed->untyped_data()),
                     unit_layout<I>(l, unit), static_cast<I>(total));
