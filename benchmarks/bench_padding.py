@@ -83,6 +83,21 @@ def same(a, b) -> bool:
     return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
 
 
+def same_size_copies(timer, rng, args) -> dict:
+    """TB/s of `x + 1` over [batch * max_len, hidden * m] of the benchmark's dtype (m = 1, 3): copies
+    as small as the ops' (ceiling: 256 MiB), timed the same way."""
+    out = {}
+    for m in (1, 3):
+        shape = (args.batch * args.max_len, args.hidden * m)
+        n_in = dt.inputs_for(int(np.prod(shape)) * jnp.dtype(args.dtype).itemsize)
+        xs = [(jnp.asarray(rng.normal(size=shape), args.dtype),) for _ in range(n_in)]
+        t = timer(jax.jit(lambda x: x + 1), xs, reps=5)["median"]
+        nbytes = 2 * int(np.prod(shape)) * jnp.dtype(args.dtype).itemsize
+        out[f"{shape[0]}x{shape[1]}"] = nbytes / t / 1e12
+        print(f"same-size copy x + 1 over {shape}: {t * 1e6:.1f} us, {nbytes / t / 1e12:.2f} TB/s", flush=True)
+    return out
+
+
 def bench_ops(timer, rng, args, ceiling, paddings):
     rows = []
     for padding in paddings:
@@ -152,7 +167,9 @@ def write(out_dir, out):
     with open(os.path.join(out_dir, "padding.md"), "w") as fh:
         fh.write(f"Device: {out['device']}, jax {out['jax']}; {out['method']}; copy ceiling "
                  f"{out['copy_tb_s']:.2f} TB/s measured the same way. Shape: batch {out['batch']} x max_len "
-                 f"{out['max_len']}, hidden {out['hidden']}, {out['heads']} heads, {out['dtype']}.\n\n")
+                 f"{out['max_len']}, hidden {out['hidden']}, {out['heads']} heads, {out['dtype']}. Copies as "
+                 "small as the ops (`x + 1`, same method): "
+                 + ", ".join(f"{k}: {v:.2f} TB/s" for k, v in out.get("copy_same_size_tb_s", {}).items()) + ".\n\n")
         fh.write("| padding | tokens | capacity | op | jaxnorm µs | TB/s | % of copy | jnp µs | jnp / jaxnorm | check |\n"
                  "|---|---|---|---|---|---|---|---|---|---|\n")
         for r in out["ops"]:
@@ -192,6 +209,7 @@ def main(argv=None):
     out = dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__, method=method,
                copy_tb_s=ceiling / 1e12, batch=args.batch, max_len=args.max_len, hidden=args.hidden,
                heads=args.heads, dtype=str(args.dtype), ops=[], encoder=[])
+    out["copy_same_size_tb_s"] = same_size_copies(timer, rng, args)
     out["ops"] = bench_ops(timer, rng, args, ceiling, paddings)
     write(args.out, out)
     if not args.no_encoder:
