@@ -132,9 +132,8 @@ struct UnitLayout {
   Divisor<I> segments_per_row;  // P * H: segments of a packed row
 };
 
-// A grid sized by occupancy strides over the units: unit i = thread + k * (grid threads), so every
-// thread moves the same number of units (+-1) and no partial last wave idles the device (a
-// 25 MB copy is ~1.5 waves of one-shot CTAs). A thread issues kUnroll loads before its stores.
+// Units a thread moves: all its loads are issued before its stores, so each thread keeps
+// kUnroll * 16 bytes in flight.
 constexpr int kUnroll = 4;
 
 // packed (T, P*H*D) -> P parts (B, H, L, D); part p = blockIdx.y.
@@ -146,12 +145,11 @@ unpack_kernel(const typename Op::Unit* __restrict__ packed, const float* __restr
   using Unit = typename Op::Unit;
   const int p = blockIdx.y;
   Unit* out = p == 0 ? out0 : p == 1 ? out1 : out2;
-  const I stride = static_cast<I>(gridDim.x) * kThreads;
-  for (I first = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; first < total; first += kUnroll * stride) {
+  const I first = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
   Unit v[kUnroll];
 #pragma unroll
   for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + j * stride;
+    const I i = first + static_cast<I>(j * kThreads);
     v[j] = Unit{};
     if (i >= total) continue;
     I u, t, h;
@@ -166,9 +164,8 @@ unpack_kernel(const typename Op::Unit* __restrict__ packed, const float* __restr
   }
 #pragma unroll
   for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + j * stride;
+    const I i = first + static_cast<I>(j * kThreads);
     if (i < total) out[i] = v[j];
-  }
   }
 }
 
@@ -177,12 +174,11 @@ template <class Unit, class I>
 __global__ void __launch_bounds__(kThreads)
 pack_kernel(const Unit* __restrict__ in0, const Unit* __restrict__ in1, const Unit* __restrict__ in2,
             const int32_t* __restrict__ source, Unit* __restrict__ packed, UnitLayout<I> d, I total) {
-  const I stride = static_cast<I>(gridDim.x) * kThreads;
-  for (I first = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; first < total; first += kUnroll * stride) {
+  const I first = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
   Unit v[kUnroll];
 #pragma unroll
   for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + j * stride;
+    const I i = first + static_cast<I>(j * kThreads);
     v[j] = Unit{};
     if (i >= total) continue;
     I u, ph, p, h, t;
@@ -198,9 +194,8 @@ pack_kernel(const Unit* __restrict__ in0, const Unit* __restrict__ in1, const Un
   }
 #pragma unroll
   for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + j * stride;
+    const I i = first + static_cast<I>(j * kThreads);
     if (i < total) packed[i] = v[j];
-  }
   }
 }
 

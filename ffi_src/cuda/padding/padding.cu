@@ -1,6 +1,5 @@
 // CUDA handlers of the padding family: offsets, unpack (rebuild), pack (remove); kernels in
 // pad_kernels.cuh.
-#include <algorithm>
 #include <type_traits>
 
 #include "common/signatures.h"
@@ -53,31 +52,19 @@ ffi::Error with_unit_bytes(int bytes, F&& f) {
   }
 }
 
-// 32-bit indices while first + kUnroll * (grid threads) cannot wrap.
-bool index32(int64_t total) { return total <= (int64_t{1} << 31); }
-
-// The grid (per part) of a grid-stride copy: the resident CTAs shared by the parts, or fewer when
-// there is less work.
-template <class K>
-unsigned copy_grid(K kernel, int64_t total, int parts = 1) {
-  static const int per_sm = occupancy(kernel, kThreads);  // one cache per kernel instantiation
-  const int64_t resident = ceil_div(int64_t{device_facts().sms} * per_sm, parts);
-  return static_cast<unsigned>(std::min<int64_t>(ceil_div(total, kThreads), resident));
-}
-
 template <class Op>
 ffi::Error launch_unpack(cudaStream_t stream, const PadLayout& l, const void* packed, void* const* outs, int unit) {
   using Unit = typename Op::Unit;
   const int64_t total = l.padded_segments() * l.head_dim * l.elem_bytes / unit;
-  auto run = [&](auto index) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(total, kThreads * kUnroll)), static_cast<unsigned>(l.parts));
+  auto args = [&](auto index) {
     using I = decltype(index);
-    auto kernel = unpack_kernel<Op, I>;
-    const dim3 grid(copy_grid(kernel, total, static_cast<int>(l.parts)), static_cast<unsigned>(l.parts));
-    return launch(kernel, grid, dim3(kThreads), 1, stream, "rebuild_padding", static_cast<const Unit*>(packed), l.bias,
-                  l.position, static_cast<Unit*>(outs[0]), static_cast<Unit*>(outs[1]), static_cast<Unit*>(outs[2]),
-                  unit_layout<I>(l, unit), static_cast<I>(total));
+    return launch(unpack_kernel<Op, I>, grid, dim3(kThreads), 1, stream, "rebuild_padding",
+                  static_cast<const Unit*>(packed), l.bias, l.position, static_cast<Unit*>(outs[0]),
+                  static_cast<Unit*>(outs[1]), static_cast<Unit*>(outs[2]), unit_layout<I>(l, unit),
+                  static_cast<I>(total));
   };
-  return index32(total) ? run(uint32_t{}) : run(uint64_t{});
+  return total < (int64_t{1} << 32) ? args(uint32_t{}) : args(uint64_t{});
 }
 
 // The bias path: units of N = unit / sizeof(T) elements (a segment of whole elements always
@@ -131,13 +118,12 @@ ffi::Error pad_pack(cudaStream_t stream, const ffi::AnyBuffer* const* parts, con
     using Unit = typename Word<decltype(bytes)::value>::type;
     auto run = [&](auto index) {
       using I = decltype(index);
-      auto kernel = pack_kernel<Unit, I>;
-      return launch(kernel, dim3(copy_grid(kernel, total)), dim3(kThreads), 1, stream, "remove_padding",
-                    static_cast<const Unit*>(in[0]), static_cast<const Unit*>(in[1]), static_cast<const Unit*>(in[2]),
-                    l.source, static_cast<Unit*>(packed->untyped_data()), unit_layout<I>(l, unit),
-                    static_cast<I>(total));
+      return launch(pack_kernel<Unit, I>, dim3(static_cast<unsigned>(ceil_div(total, kThreads * kUnroll))), dim3(kThreads), 1,
+                    stream, "remove_padding", static_cast<const Unit*>(in[0]), static_cast<const Unit*>(in[1]),
+                    static_cast<const Unit*>(in[2]), l.source, static_cast<Unit*>(packed->untyped_data()),
+                    unit_layout<I>(l, unit), static_cast<I>(total));
     };
-    return index32(total) ? run(uint32_t{}) : run(uint64_t{});
+    return total < (int64_t{1} << 32) ? run(uint32_t{}) : run(uint64_t{});
   });
 }
 
