@@ -223,6 +223,20 @@ def self_check() -> int:
     return failures
 
 
+def _report_checks(family: str, dtype_name: str, run, *, width: int) -> int:
+    """Runs run(checks), which fills {name: passed}, prints a PASS/FAIL line each (an exception
+    is one more failure), and returns the failures."""
+    checks = {}
+    try:
+        run(checks)
+    except Exception as e:
+        checks["ran"] = False
+        print(f"FAIL  {family} {dtype_name}: {T._err(e, 300)}")
+    for name, ok in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name:<{width}} {dtype_name}")
+    return sum(not ok for ok in checks.values())
+
+
 def self_check_sampling() -> int:
     """The sampling family: lowering, exact filters and top_k, and draws inside the kept sets."""
     print("\n== self-check of sampling (sample, filter_logits, top_k) against jaxnorm.reference")
@@ -231,8 +245,8 @@ def self_check_sampling() -> int:
     key = jax.random.key(0)
     for dtype_name in ("float32", "bfloat16"):
         x = jnp.asarray(3 * rng.standard_normal((16, 1000)), T.DTYPES[dtype_name])
-        checks = {}
-        try:
+
+        def run(checks, x=x):
             targets, err = _lowered_targets(lambda k, x: jaxnorm.sample(k, x, top_k=5), key, x)
             checks["sample lowers to jaxnorm_sample"] = "jaxnorm_sample" in targets and not err
             for kw in (dict(top_k=50), dict(top_p=0.9), dict(top_k=50, top_p=0.8, min_p=0.01)):
@@ -247,12 +261,8 @@ def self_check_sampling() -> int:
             for k in (1, 50, 1000):
                 checks[f"top_k k={k} == lax.top_k"] = bool(
                     jnp.array_equal(jaxnorm.top_k(x, k)[1], jax.lax.top_k(x, k)[1]))
-        except Exception as e:
-            checks["ran"] = False
-            print(f"FAIL  sampling {dtype_name}: {T._err(e, 300)}")
-        for name, ok in checks.items():
-            print(f"{'PASS' if ok else 'FAIL'}  {name:<52} {dtype_name}")
-            failures += not ok
+
+        failures += _report_checks("sampling", dtype_name, run, width=52)
     return failures
 
 
@@ -268,8 +278,8 @@ def self_check_padding() -> int:
     same = lambda a, b: all(bool(jnp.array_equal(u, v)) for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
     for dtype_name in ("float32", "bfloat16"):
         dtype = T.DTYPES[dtype_name]
-        checks = {}
-        try:
+
+        def run(checks, dtype=dtype):
             for capacity in (tokens + 5, tokens - 9):
                 o = jaxnorm.padding_offsets(lengths, max_len, capacity)
                 tag = f"capacity {'>' if capacity > tokens else '<'} tokens"
@@ -301,12 +311,8 @@ def self_check_padding() -> int:
                 x, jaxnorm.padding_offsets(l, max_len, tokens)), x, lengths)
             checks["lowers to jaxnorm_pad_offsets + jaxnorm_pad_pack"] = (
                 {"jaxnorm_pad_offsets", "jaxnorm_pad_pack"} <= targets and not err)
-        except Exception as e:
-            checks["ran"] = False
-            print(f"FAIL  padding {dtype_name}: {T._err(e, 300)}")
-        for name, ok in checks.items():
-            print(f"{'PASS' if ok else 'FAIL'}  {name:<60} {dtype_name}")
-            failures += not ok
+
+        failures += _report_checks("padding", dtype_name, run, width=60)
     return failures
 
 

@@ -136,6 +136,22 @@ struct UnitLayout {
 // kUnroll * 16 bytes in flight.
 constexpr int kUnroll = 4;
 
+// This thread's kUnroll units from `first`, kThreads apart: load(i) each, then store(i, unit) each.
+template <class Unit, class I, class Load, class Store>
+__device__ __forceinline__ void move_units(I first, I total, Load load, Store store) {
+  Unit v[kUnroll];
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    v[j] = i < total ? load(i) : Unit{};
+  }
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    if (i < total) store(i, v[j]);
+  }
+}
+
 // packed (T, P*H*D) -> P parts (B, H, L, D); part p = blockIdx.y.
 template <class Op, class I>
 __global__ void __launch_bounds__(kThreads)
@@ -146,27 +162,17 @@ unpack_kernel(const typename Op::Unit* __restrict__ packed, const float* __restr
   const int p = blockIdx.y;
   Unit* out = p == 0 ? out0 : p == 1 ? out1 : out2;
   const I first = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
-  Unit v[kUnroll];
-#pragma unroll
-  for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + static_cast<I>(j * kThreads);
-    v[j] = Unit{};
-    if (i >= total) continue;
+  auto load = [&](I i) {
     I u, t, h;
     const I seg = divmod(d.units, i, &u);
     const I bh = divmod(d.max_len, seg, &t);
     const I b = divmod(d.heads, bh, &h);
     const int32_t row = __ldg(position + b * d.max_len.d + t);
-    if (row >= 0) {
-      const int64_t col = (static_cast<int64_t>(p) * d.heads.d + h) * d.units.d + u;
-      v[j] = Op::apply(packed[static_cast<int64_t>(row) * d.segments_per_row.d * d.units.d + col], bias, col);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + static_cast<I>(j * kThreads);
-    if (i < total) out[i] = v[j];
-  }
+    if (row < 0) return Unit{};
+    const int64_t col = (static_cast<int64_t>(p) * d.heads.d + h) * d.units.d + u;
+    return Op::apply(packed[static_cast<int64_t>(row) * d.segments_per_row.d * d.units.d + col], bias, col);
+  };
+  move_units<Unit>(first, total, load, [&](I i, const Unit& v) { out[i] = v; });
 }
 
 // P parts (B, H, L, D) -> packed (T, P*H*D).
@@ -175,28 +181,18 @@ __global__ void __launch_bounds__(kThreads)
 pack_kernel(const Unit* __restrict__ in0, const Unit* __restrict__ in1, const Unit* __restrict__ in2,
             const int32_t* __restrict__ source, Unit* __restrict__ packed, UnitLayout<I> d, I total) {
   const I first = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
-  Unit v[kUnroll];
-#pragma unroll
-  for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + static_cast<I>(j * kThreads);
-    v[j] = Unit{};
-    if (i >= total) continue;
-    I u, ph, p, h, t;
+  auto load = [&](I i) {
+    I u, ph, h, t;
     const I seg = divmod(d.units, i, &u);
     const I row = divmod(d.segments_per_row, seg, &ph);
-    p = divmod(d.heads, ph, &h);
+    const I p = divmod(d.heads, ph, &h);
     const int32_t src = __ldg(source + row);
-    if (src >= 0) {
-      const I b = divmod(d.max_len, static_cast<I>(src), &t);
-      const Unit* in = p == 0 ? in0 : p == 1 ? in1 : in2;
-      v[j] = in[((static_cast<int64_t>(b) * d.heads.d + h) * d.max_len.d + t) * d.units.d + u];
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kUnroll; ++j) {
-    const I i = first + static_cast<I>(j * kThreads);
-    if (i < total) packed[i] = v[j];
-  }
+    if (src < 0) return Unit{};
+    const I b = divmod(d.max_len, static_cast<I>(src), &t);
+    const Unit* in = p == 0 ? in0 : p == 1 ? in1 : in2;
+    return in[((static_cast<int64_t>(b) * d.heads.d + h) * d.max_len.d + t) * d.units.d + u];
+  };
+  move_units<Unit>(first, total, load, [&](I i, const Unit& v) { packed[i] = v; });
 }
 
 }  // namespace padding
