@@ -16,6 +16,7 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import checkify
 
 import jaxnorm
 from jaxnorm import _ffi, _timing as T, reference
@@ -283,9 +284,11 @@ def self_check_padding() -> int:
             for capacity in (tokens + 5, tokens - 9):
                 o = jaxnorm.padding_offsets(lengths, max_len, capacity)
                 tag = f"capacity {'>' if capacity > tokens else '<'} tokens"
-                checks[f"padding_offsets == reference ({tag})"] = same(
+                checks[f"padding_offsets (PaddingOffsets) == reference ({tag})"] = same(
                     o, reference.padding_offsets(lengths, max_len, capacity))
                 checks[f"dropped tokens reported ({tag})"] = int(o.dropped) == max(0, tokens - capacity)
+                err, _ = checkify.checkify(jaxnorm.check_capacity)(o)
+                checks[f"check_capacity raises only on overflow ({tag})"] = (err.get() is not None) == (capacity < tokens)
                 x = jnp.asarray(rng.standard_normal((7, max_len, heads * head_dim)), dtype)
                 packed = jaxnorm.remove_padding(x, o)
                 checks[f"remove/rebuild_padding == reference ({tag})"] = same(
