@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <cstring>
 
+// Always inlined: a call from a row function compiled for AVX2 (cpu/vec_math.h) would run
+// baseline code.
+#define JN_HOST_INLINE inline __attribute__((always_inline))
+
 namespace jaxnorm {
 
 struct HostBF16 {
@@ -14,14 +18,14 @@ struct HostF16 {
   uint16_t bits;
 };
 
-inline float to_float(float v) { return v; }
-inline float to_float(HostBF16 v) {
+JN_HOST_INLINE float to_float(float v) { return v; }
+JN_HOST_INLINE float to_float(HostBF16 v) {
   uint32_t u = static_cast<uint32_t>(v.bits) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline float to_float(HostF16 v) {
+JN_HOST_INLINE float to_float(HostF16 v) {
   const uint32_t sign = (v.bits & 0x8000u) << 16;
   uint32_t exp = (v.bits >> 10) & 0x1f;
   uint32_t man = v.bits & 0x3ffu;
@@ -46,13 +50,13 @@ inline float to_float(HostF16 v) {
 }
 
 template <class T>
-inline T from_float(float f);
+JN_HOST_INLINE T from_float(float f);
 
 template <>
-inline float from_float<float>(float f) { return f; }
+JN_HOST_INLINE float from_float<float>(float f) { return f; }
 
 template <>
-inline HostBF16 from_float<HostBF16>(float f) {
+JN_HOST_INLINE HostBF16 from_float<HostBF16>(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40)};  // quiet NaN
@@ -61,7 +65,7 @@ inline HostBF16 from_float<HostBF16>(float f) {
 }
 
 template <>
-inline HostF16 from_float<HostF16>(float f) {
+JN_HOST_INLINE HostF16 from_float<HostF16>(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);

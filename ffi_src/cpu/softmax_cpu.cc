@@ -1,49 +1,93 @@
 // Softmax / log-softmax CPU handlers: chunks of rows on XLA's intra-op thread pool; per row the
-// max, the sum of exps (in double), then the output pass. Same formulas as the CUDA kernels (common/softmax_math.h).
+// max, the exps and their sum (float lanes, blocks added in double), then the output pass. Same
+// formulas as the CUDA kernels (common/softmax_math.h).
 #include <cmath>
+#include <vector>
 
 #include "common/signatures.h"
 #include "common/softmax_math.h"
 #include "common/stats.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
-#include "cpu/row_sum.h"
+#include "cpu/vec_math.h"
 
 namespace jaxnorm {
 namespace {
 
-template <class T>
-void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, bool log, int64_t begin, int64_t end) {
-  for (int64_t r = begin; r < end; ++r) {
-    const T* xr = x + r * s.cols;
-    const bool* mr = mask ? mask + r * s.cols : nullptr;
-    // Two passes over the row (the max, then the sum of exps), summed in double.
-    float m = -INFINITY;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      if (!mr || mr[c]) m = nan_max(m, to_float(xr[c]));
+// Which positions a row keeps: all, or a mask's. A functor rather than `!mask || mask[c]`, whose
+// short-circuit load is control flow that stops the loops from vectorizing.
+struct KeepAll {
+  bool operator()(int64_t) const { return true; }
+};
+struct KeepMask {
+  const bool* m;
+  bool operator()(int64_t c) const { return m[c]; }
+};
+
+// One pass for the max (NaN kept), one for exp(x - max) into `e` and its sum, one for the
+// outputs from `e`: one exp per element, every loop vectorized (vec_math.h).
+template <class T, class Keep>
+JN_VEC_INLINE void softmax_fwd_row(const T* xr, Keep keep, T* yr, float* e, int64_t cols, bool log) {
+  const float m = lane_max(cols, [&](int64_t c) { return keep(c) ? to_float(xr[c]) : -INFINITY; });
+  if (m == -INFINITY) {  // every kept logit is -inf, or none is kept: jax.nn's NaN / 0 / -inf
+    const SoftmaxRow row = softmax_row(m, 0.f, log);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(softmax_apply(to_float(xr[c]), keep(c), row, log));
+    return;
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    const float ev = exp_vec(to_float(xr[c]) - m);
+    e[c] = keep(c) ? ev : 0.f;
+  }
+  const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, [&](int64_t c) { return e[c]; })), log);
+  if (log) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = (to_float(xr[c]) - row.max) - row.k;
+      yr[c] = from_float<T>(keep(c) ? v : -INFINITY);
     }
-    const double sum = m == -INFINITY ? 0.0 : row_sum(s.cols, [&](int64_t c) {
-      return (!mr || mr[c]) ? double(expf(to_float(xr[c]) - m)) : 0.0;
-    });
-    const SoftmaxRow row = softmax_row(m, static_cast<float>(sum), log);
-    T* yr = y + r * s.cols;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      yr[c] = from_float<T>(softmax_apply(to_float(xr[c]), !mr || mr[c], row, log));
+  } else {
+    for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(e[c] * row.k);
+  }
+}
+
+template <class T>
+JN_CPU_CLONES void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, bool log, int64_t begin, int64_t end) {
+  std::vector<float> e(static_cast<size_t>(s.cols));
+  for (int64_t r = begin; r < end; ++r) {
+    if (mask) {
+      softmax_fwd_row(x + r * s.cols, KeepMask{mask + r * s.cols}, y + r * s.cols, e.data(), s.cols, log);
+    } else {
+      softmax_fwd_row(x + r * s.cols, KeepAll{}, y + r * s.cols, e.data(), s.cols, log);
+    }
+  }
+}
+
+template <class T, class Keep>
+JN_VEC_INLINE void softmax_bwd_row(const T* y, const T* dy, Keep keep, T* dx, int64_t cols, bool log) {
+  const float sf = static_cast<float>(block_sum(cols, [&](int64_t c) {
+    return softmax_bwd_term(to_float(y[c]), to_float(dy[c]), keep(c), log);
+  }));
+  if (log) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = to_float(dy[c]) - exp_vec(to_float(y[c])) * sf;
+      dx[c] = from_float<T>(keep(c) ? v : 0.f);
+    }
+  } else {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float yv = to_float(y[c]), v = yv * (to_float(dy[c]) - sf);
+      dx[c] = from_float<T>(keep(c) ? v : 0.f);
     }
   }
 }
 
 template <class T>
-void softmax_bwd_rows(const T* y, const T* dy, const bool* mask, T* dx, Rows s, bool log, int64_t begin,
-                      int64_t end) {
+JN_CPU_CLONES void softmax_bwd_rows(const T* y, const T* dy, const bool* mask, T* dx, Rows s, bool log,
+                                    int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     const int64_t o = r * s.cols;
-    const float sf = static_cast<float>(row_sum(s.cols, [&](int64_t c) {
-      return double(softmax_bwd_term(to_float(y[o + c]), to_float(dy[o + c]), !mask || mask[o + c], log));
-    }));
-    for (int64_t c = 0; c < s.cols; ++c) {
-      dx[o + c] = from_float<T>(
-          softmax_bwd_apply(to_float(y[o + c]), to_float(dy[o + c]), !mask || mask[o + c], sf, log));
+    if (mask) {
+      softmax_bwd_row(y + o, dy + o, KeepMask{mask + o}, dx + o, s.cols, log);
+    } else {
+      softmax_bwd_row(y + o, dy + o, KeepAll{}, dx + o, s.cols, log);
     }
   }
 }
