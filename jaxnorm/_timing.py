@@ -63,8 +63,9 @@ def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
         "the N kernels (or kernel sequences) run back to back with no host dispatch between them "
         "and, at 2^27 elements, the data far exceeds the 50 MB L2. The first call (compile) and 2 "
         "more warm-up calls are not timed; then each call is wall-clocked with time.perf_counter "
-        f"around the call plus jax.block_until_ready, at least {reps} times (and until {min_time:g} "
-        f"s is spent, stopping after {max_time:g} s), and the reported per-input time is the "
+        f"around the call plus jax.block_until_ready, at least {reps} times ("
+        + (f"and until {min_time:g} s is spent, " if min_time > 0 else "")
+        + f"stopping after {max_time:g} s), and the reported per-input time is the "
         "median call time / N"
         + (f" (the implementations are timed in turn {rounds} times and each keeps its best "
            "round's median). " if rounds > 1 else ". ")

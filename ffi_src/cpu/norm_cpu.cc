@@ -10,12 +10,27 @@
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
 #include "cpu/row_sum.h"
+#include "cpu/vec_math.h"
 
 namespace jaxnorm {
 namespace {
 
+// scale and bias as full rows, ones and zeros where absent, so the row loops load them
+// unconditionally (a conditional load is control flow, which stops vectorization).
+struct FullParams {
+  std::vector<float> storage;
+  const float* scale;
+  const float* bias;
+  FullParams(const float* s, const float* b, const NormFlags& f, int64_t cols) {
+    if (!f.has_scale || !f.has_bias) storage.resize(static_cast<size_t>(2 * cols));
+    std::fill(storage.begin(), storage.begin() + (storage.empty() ? 0 : cols), 1.f);
+    scale = f.has_scale ? s : storage.data();
+    bias = f.has_bias ? b : storage.data() + cols;
+  }
+};
+
 template <class T>
-void norm_fwd_rows(const T* x, const float* scale, const float* bias, T* y, float* mean_out,
+JN_CPU_CLONES void norm_fwd_rows(const T* x, const float* scale, const float* bias, T* y, float* mean_out,
                    float* rstd_out, Rows s, float eps, const NormFlags& f, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     const T* xr = x + r * s.cols;
@@ -32,18 +47,14 @@ void norm_fwd_rows(const T* x, const float* scale, const float* bias, T* y, floa
     const float rstd = norm_rstd(var, eps);
     mean_out[r] = mean;
     rstd_out[r] = rstd;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      const float g = f.has_scale ? scale[c] : 1.f;
-      const float b = f.has_bias ? bias[c] : 0.f;
-      yr[c] = from_float<T>(norm_apply(to_float(xr[c]), mean, rstd, g, b));
-    }
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(norm_apply(to_float(xr[c]), mean, rstd, scale[c], bias[c]));
   }
 }
 
 // Rows [begin, end) of the backward: dx, and the rows' scale/bias gradient sums added to
 // acc_scale/acc_bias (cols doubles each).
 template <class T>
-void norm_bwd_rows(const T* xin, const T* dy, const float* mean, const float* rstd, const float* scale,
+JN_CPU_CLONES void norm_bwd_rows(const T* xin, const T* dy, const float* mean, const float* rstd, const float* scale,
                    const float* bias, T* dx, double* acc_scale, double* acc_bias, Rows s, float eps,
                    const NormFlags& f, int64_t begin, int64_t end) {
   std::vector<float> xhat(s.cols), g(s.cols);
@@ -53,8 +64,7 @@ void norm_bwd_rows(const T* xin, const T* dy, const float* mean, const float* rs
     const float m = f.centered && !f.memory_efficient ? mean[r] : 0.f;
     double sum_g = 0.0, sum_gx = 0.0;
     for (int64_t c = 0; c < s.cols; ++c) {
-      const float gamma = f.has_scale ? scale[c] : 1.f;
-      const float beta = f.has_bias ? bias[c] : 0.f;
+      const float gamma = scale[c], beta = bias[c];
       const float d = to_float(dyr[c]);
       xhat[c] = norm_xhat(to_float(xr[c]), m, rstd[r], gamma, beta, eps, f);
       g[c] = d * gamma;
@@ -111,11 +121,12 @@ ffi::Error NormFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer sca
   Rows s;
   JN_RETURN_IF_ERROR(check_norm_operands(x, scale, bias, has_scale, has_bias, &s));
   const NormFlags f{centered, has_scale, has_bias, false};
+  const FullParams p(static_cast<const float*>(scale.untyped_data()), static_cast<const float*>(bias.untyped_data()),
+                     f, s.cols);
   return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
-      norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), static_cast<const float*>(scale.untyped_data()),
-                       static_cast<const float*>(bias.untyped_data()), static_cast<T*>(y->untyped_data()),
+      norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), p.scale, p.bias, static_cast<T*>(y->untyped_data()),
                        static_cast<float*>(mean->untyped_data()), static_cast<float*>(rstd->untyped_data()), s,
                        eps, f, begin, end);
     });
@@ -137,11 +148,13 @@ ffi::Error NormBwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer xin, ffi::AnyBuffer d
     return ffi::Error::InvalidArgument("jaxnorm: norm_bwd groups must divide the rows");
   }
   const NormFlags f{centered, has_scale, has_bias, memory_efficient};
+  const FullParams p(static_cast<const float*>(scale.untyped_data()), static_cast<const float*>(bias.untyped_data()),
+                     f, s.cols);
   return dispatch_float<CpuTypes>(xin.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     norm_bwd_groups<T>(pool, static_cast<const T*>(xin.untyped_data()), static_cast<const T*>(dy.untyped_data()),
                      static_cast<const float*>(mean.untyped_data()), static_cast<const float*>(rstd.untyped_data()),
-                     static_cast<const float*>(scale.untyped_data()), static_cast<const float*>(bias.untyped_data()),
+                     p.scale, p.bias,
                      static_cast<T*>(dx->untyped_data()), static_cast<float*>(dscale->untyped_data()),
                      static_cast<float*>(dbias->untyped_data()), s, groups, eps, f);
     return ffi::Error::Success();

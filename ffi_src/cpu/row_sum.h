@@ -3,12 +3,14 @@
 
 #include <cstdint>
 
+#include "cpu/vec_math.h"
+
 namespace jaxnorm {
 
 // Sum of term(c) for c in [0, n), in double, over four interleaved partial sums: the adds no
 // longer wait on one another, and the order is fixed, so the result is reproducible.
 template <class Term>
-double row_sum(int64_t n, const Term& term) {
+JN_VEC_INLINE double row_sum(int64_t n, const Term& term) {
   double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
   int64_t c = 0;
   for (; c + 4 <= n; c += 4) {
