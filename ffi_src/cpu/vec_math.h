@@ -1,7 +1,7 @@
 // Row math the compiler vectorizes: a branch-free exp, a lane-parallel max, and sums in float
 // lanes whose blocks are added in double. JN_CPU_CLONES compiles a row function twice on x86-64,
 // for AVX2 + FMA (x86-64-v3) and for the baseline, and the loader picks one for the machine
-// (never -march=native: a distributed build must run on any x86-64). Everything a cloned function
+// (never -march=native: a distributed build must run on any x86-64). Linux/GCC only (ifunc). Everything a cloned function
 // calls must be inlined into it (JN_VEC_INLINE): a call leaves the clone for baseline code.
 // The selects vectorize only without trapping math (CMakeLists: -fno-trapping-math).
 #pragma once
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)  // ifunc: ELF
 #define JN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define JN_CPU_CLONES
