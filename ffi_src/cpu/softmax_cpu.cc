@@ -6,7 +6,6 @@
 
 #include "common/signatures.h"
 #include "common/softmax_math.h"
-#include "common/stats.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
 #include "cpu/vec_math.h"
