@@ -110,6 +110,30 @@ def _pad_pack(parts):
 
 PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3 = _pad_unpack(1), _pad_unpack(3), _pad_pack(1), _pad_pack(3)
 
+
+# Decode attention: q (B, Hq, D), caches (B, Hkv, L, D) or (B, L, Hkv, D) ("blhd"), lengths (B);
+# the append form also takes k_new, v_new (B, Hkv, D) and returns the caches, aliased with the
+# operands. Workspace: the splits' partial softmax states (max, sum, weighted V) in float32.
+def _decode_workspace(avals_in, params):
+    batch, q_heads, head_dim = avals_in[0].shape
+    splits = params["splits"]
+    return [ShapedArray((batch * q_heads * splits * (2 + head_dim) if splits > 1 else 0,), F32)]
+
+
+def _decode(append):
+    cache = "R,S1,S2,D"  # (heads, len) or (len, heads): named only to size the results
+    return FfiOp(
+        name="jaxnorm_decode_attention" + ("_append" if append else ""),
+        operands=("R,Hq,D", cache, cache, "R") + (("R,*,D", "R,*,D") if append else ()),
+        results=(("R,Hq,D", "x"),) + (((cache, "x"),) * 2 if append else ()),
+        attrs=("scale", "splits", "blhd"),
+        workspace=_decode_workspace,
+        aliases=((1, 1), (2, 2)) if append else (),
+    )
+
+
+DECODE, DECODE_APPEND = _decode(False), _decode(True)
+
 norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
 softmax_fwd_p = make_primitive(SOFTMAX_FWD)
@@ -120,9 +144,11 @@ top_k_p = make_primitive(TOP_K)
 pad_offsets_p = make_primitive(PAD_OFFSETS)
 pad_unpack_p = {1: make_primitive(PAD_UNPACK), 3: make_primitive(PAD_UNPACK3)}
 pad_pack_p = {1: make_primitive(PAD_PACK), 3: make_primitive(PAD_PACK3)}
+decode_p = make_primitive(DECODE)
+decode_append_p = make_primitive(DECODE_APPEND)
 
 TARGETS = tuple(
     op.name
     for op in (NORM_FWD, NORM_BWD, SOFTMAX_FWD, SOFTMAX_BWD, SAMPLE, FILTER, TOP_K,
-               PAD_OFFSETS, PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3)
+               PAD_OFFSETS, PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3, DECODE, DECODE_APPEND)
 )

@@ -25,6 +25,8 @@ whose operands are not rows (index maps, sequences) replaces the vmap rule with 
 (`batching.primitive_batchers[prim]`), as jaxnorm.padding does.
 A result's dtype is "x" (the first operand's) or a numpy dtype.
 
+An op may alias results with operands (`aliases`): a KV cache updated in place.
+
 Extra results that the kernels need as workspace (never seen by JAX users) are added in the
 lowering only, so their sizes may depend on the shapes without leaking into abstract evaluation.
 """
@@ -57,6 +59,9 @@ class FfiOp:
     attrs: tuple[str, ...]  # params passed to the handler as FFI attributes
     # (avals_in, params) -> extra workspace results appended in the lowering
     workspace: Callable[[Sequence[ShapedArray], dict], list[ShapedArray]] | None = None
+    # (operand, result) pairs that share one buffer: the handler updates the operand in place
+    # (XLA copies it first only when the operand is still needed elsewhere).
+    aliases: tuple[tuple[int, int], ...] = ()
 
 
 def _symbols(spec: str) -> list[str]:
@@ -115,7 +120,8 @@ def _lowering(ctx, *args, op: FfiOp, platform: str, **params):
     if extra:
         ctx = ctx.replace(avals_out=[*ctx.avals_out, *extra])
     attrs = {k: _attr_value(params[k]) for k in op.attrs}
-    results = jax.ffi.ffi_lowering(op.name)(ctx, *args, **attrs)
+    aliasing = {"operand_output_aliases": dict(op.aliases)} if op.aliases else {}
+    results = jax.ffi.ffi_lowering(op.name, **aliasing)(ctx, *args, **attrs)
     return results[:n_out]
 
 

@@ -201,3 +201,39 @@ def transpose_remove_padding(attn_out, offsets, *, layout="BHLD"):
         attn_out = attn_out.transpose(0, 2, 1, 3)
     b, l, h, d = attn_out.shape
     return remove_padding(attn_out.reshape(b, l, h * d), offsets)
+
+
+def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, scale=None, layout="BHLD"):
+    """One decoding step: query head h attends with kv head h // (q_heads // kv_heads) to the
+    positions < lengths[b] of its cache, then to (k_new, v_new) when given, which are written at
+    position lengths[b]. Returns out [B, Hq, D] (zeros when nothing is attended; NaN for a length
+    outside [0, max_len], or [0, max_len - 1] when appending), plus the updated caches when
+    appending."""
+    if layout == "BLHD":
+        k_cache, v_cache = k_cache.transpose(0, 2, 1, 3), v_cache.transpose(0, 2, 1, 3)
+    b, hq, d = q.shape
+    hkv, max_len = k_cache.shape[1], k_cache.shape[2]
+    dt = _compute_dtype(q)
+    scale = d**-0.5 if scale is None else scale
+    append = k_new is not None
+    valid = (lengths >= 0) & (lengths <= max_len - (1 if append else 0))
+    keys, values = k_cache, v_cache
+    if append:
+        at = jnp.arange(max_len)[None, None, :, None] == lengths[:, None, None, None]
+        keys = jnp.where(at & valid[:, None, None, None], k_new[:, :, None, :], k_cache)
+        values = jnp.where(at & valid[:, None, None, None], v_new[:, :, None, :], v_cache)
+    n = lengths + (1 if append else 0)
+    qg = q.reshape(b, hkv, hq // hkv, d).astype(dt)
+    s = jnp.einsum("bhgd,bhld->bhgl", qg, keys.astype(dt)) * scale
+    mask = (jnp.arange(max_len)[None, :] < n[:, None])[:, None, None, :]
+    s = jnp.where(mask, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    e = jnp.where(mask, jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0)), 0)
+    tot = jnp.sum(e, axis=-1, keepdims=True)
+    o = jnp.einsum("bhgl,bhld->bhgd", e, values.astype(dt)) / jnp.where(tot > 0, tot, 1)
+    o = jnp.where(valid[:, None, None, None], o, jnp.nan).reshape(b, hq, d).astype(q.dtype)
+    if not append:
+        return o
+    if layout == "BLHD":
+        keys, values = keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
+    return o, keys, values

@@ -151,6 +151,30 @@ auto pad_pack_signature(B b) {
   }
 }
 
+// decode_attention (Append: k_new, v_new after lengths; the caches as results, aliased):
+//   q, k_cache, v_cache, lengths [, k_new, v_new] -> out [, k_cache, v_cache], partials;
+//   layout and workspace in common/decode_args.h.
+template <bool Append, class B>
+auto decode_attention_signature(B b) {
+  auto ins = std::move(b).template Arg<ffi::AnyBuffer>()
+                 .template Arg<ffi::AnyBuffer>()
+                 .template Arg<ffi::AnyBuffer>()
+                 .template Arg<ffi::AnyBuffer>();
+  auto attrs = [](auto outs) {
+    return std::move(outs).template Attr<float>("scale").template Attr<int64_t>("splits").template Attr<bool>("blhd");
+  };
+  if constexpr (Append) {
+    return attrs(std::move(ins).template Arg<ffi::AnyBuffer>()
+                     .template Arg<ffi::AnyBuffer>()
+                     .template Ret<ffi::AnyBuffer>()
+                     .template Ret<ffi::AnyBuffer>()
+                     .template Ret<ffi::AnyBuffer>()
+                     .template Ret<ffi::AnyBuffer>());
+  } else {
+    return attrs(std::move(ins).template Ret<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>());
+  }
+}
+
 // The shapes one padding copy moves between: P parts (B, H, L, D) <-> packed (T, P * H * D), of
 // elements of `elem_bytes`; `bias` (P * H * D floats) only when unpacking with one.
 struct PadLayout {

@@ -1,0 +1,121 @@
+// CUDA handlers of decode attention: with and without appending the new token to the caches.
+// Kernels in decode_kernels.cuh.
+#include <type_traits>
+
+#include "common/decode_args.h"
+#include "common/signatures.h"
+#include "cuda/decode/decode_kernels.cuh"
+#include "cuda/launch.cuh"
+
+namespace jaxnorm {
+namespace {
+
+using namespace decode;
+
+// Query heads per CTA: the group (query heads per kv head) rounded up to a power of two, at most
+// 8; larger groups take several CTAs per kv head (each re-reads the rows, mostly from L2).
+int heads_per_cta(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
+
+template <class T, int D, int G>
+ffi::Error launch_decode(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
+  const int groups = (p.group + G - 1) / G;
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.kv_heads * groups),
+                  static_cast<unsigned>(batch));
+  JN_RETURN_IF_ERROR(launch(decode_kernel<T, D, G>, grid, dim3(kThreads), 1, stream, "decode_attention", p));
+  if (p.splits == 1) return ffi::Error::Success();
+  return launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.q_heads)), dim3(D), 1, stream,
+                "decode_attention (merging splits)", p);
+}
+
+template <class T, int D>
+ffi::Error dispatch_group(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
+  switch (heads_per_cta(p.group)) {
+    case 1: return launch_decode<T, D, 1>(stream, p, batch);
+    case 2: return launch_decode<T, D, 2>(stream, p, batch);
+    case 4: return launch_decode<T, D, 4>(stream, p, batch);
+    default: return launch_decode<T, D, 8>(stream, p, batch);
+  }
+}
+
+template <class T>
+ffi::Error dispatch_head_dim(cudaStream_t stream, const DecodeParams& p, const DecodeArgs& a) {
+  switch (a.head_dim) {
+    case 64: return dispatch_group<T, 64>(stream, p, a.batch);
+    case 128: return dispatch_group<T, 128>(stream, p, a.batch);
+    case 256: return dispatch_group<T, 256>(stream, p, a.batch);
+    default: return ffi::Error::InvalidArgument("jaxnorm: decode_attention: head_dim must be 64, 128 or 256");
+  }
+}
+
+// When XLA could not alias a cache with its result, the result starts as a copy of the cache.
+ffi::Error copy_unaliased(cudaStream_t stream, const void* in, void* out, int64_t bytes) {
+  if (in == out || bytes == 0) return ffi::Error::Success();
+  cudaError_t e = cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
+  return e == cudaSuccess ? ffi::Error::Success() : cuda_error(e, "decode_attention (copying a cache)");
+}
+
+ffi::Error run(cudaStream_t stream, const DecodeArgs& a) {
+  if (a.batch > 65535 || a.kv_heads * ((a.group + 7) / 8) > 65535) {
+    return ffi::Error::InvalidArgument("jaxnorm: decode_attention: at most 65535 sequences and kv heads");
+  }
+  if (a.has_new) {
+    JN_RETURN_IF_ERROR(copy_unaliased(stream, a.k, a.k_out, a.cache_bytes()));
+    JN_RETURN_IF_ERROR(copy_unaliased(stream, a.v, a.v_out, a.cache_bytes()));
+  }
+  DecodeParams p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.k_new = a.k_new;
+  p.v_new = a.v_new;
+  p.lengths = a.lengths;
+  p.out = a.out;
+  p.k_out = a.k_out;
+  p.v_out = a.v_out;
+  p.partials = a.partials;
+  p.batch_stride = a.batch_stride;
+  p.head_stride = a.head_stride;
+  p.pos_stride = a.pos_stride;
+  p.q_heads = static_cast<int>(a.q_heads);
+  p.kv_heads = static_cast<int>(a.kv_heads);
+  p.group = static_cast<int>(a.group);
+  p.max_len = static_cast<int>(a.max_len);
+  p.splits = static_cast<int>(a.splits);
+  p.scale_log2 = a.scale * kLog2e;
+  p.has_new = a.has_new;
+  if (a.batch == 0 || a.q_heads == 0) return ffi::Error::Success();
+  return dispatch_float<CudaTypes>(a.dtype, "the caches", [&](auto tag) {
+    return dispatch_head_dim<typename decltype(tag)::type>(stream, p, a);
+  });
+}
+
+ffi::Error DecodeAttentionCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                               ffi::AnyBuffer lengths, ffi::Result<ffi::AnyBuffer> out,
+                               ffi::Result<ffi::AnyBuffer> partials, float scale, int64_t splits, bool blhd) {
+  DecodeArgs a;
+  JN_RETURN_IF_ERROR(decode_args(q, k, v, lengths, nullptr, nullptr, *out, nullptr, nullptr, *partials, scale,
+                                 splits, blhd, &a));
+  return run(stream, a);
+}
+
+ffi::Error DecodeAttentionAppendCuda(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                                     ffi::AnyBuffer lengths, ffi::AnyBuffer k_new, ffi::AnyBuffer v_new,
+                                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> k_out,
+                                     ffi::Result<ffi::AnyBuffer> v_out, ffi::Result<ffi::AnyBuffer> partials,
+                                     float scale, int64_t splits, bool blhd) {
+  DecodeArgs a;
+  JN_RETURN_IF_ERROR(decode_args(q, k, v, lengths, &k_new, &v_new, *out, &*k_out, &*v_out, *partials, scale, splits,
+                                 blhd, &a));
+  return run(stream, a);
+}
+
+}  // namespace
+
+#define JN_CUDA_BIND ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormDecodeAttentionCuda, DecodeAttentionCuda,
+                              decode_attention_signature<false>(JN_CUDA_BIND), {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormDecodeAttentionAppendCuda, DecodeAttentionAppendCuda,
+                              decode_attention_signature<true>(JN_CUDA_BIND), {ffi::Traits::kCmdBufferCompatible});
+#undef JN_CUDA_BIND
+
+}  // namespace jaxnorm
