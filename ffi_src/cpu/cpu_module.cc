@@ -16,6 +16,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpackCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpack3Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPackCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPack3Cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedFwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedBwdCpu);
 
 NB_MODULE(_jaxnorm_cpu, m) {
   m.def("registrations", []() {
@@ -32,6 +34,8 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_pad_unpack3", JaxnormPadUnpack3Cpu);
     JN_REGISTER(d, "jaxnorm_pad_pack", JaxnormPadPackCpu);
     JN_REGISTER(d, "jaxnorm_pad_pack3", JaxnormPadPack3Cpu);
+    JN_REGISTER(d, "jaxnorm_embed_fwd", JaxnormEmbedFwdCpu);
+    JN_REGISTER(d, "jaxnorm_embed_bwd", JaxnormEmbedBwdCpu);
     return d;
   });
 }

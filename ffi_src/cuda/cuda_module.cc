@@ -18,6 +18,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpackCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadUnpack3Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPackCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPack3Cuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedFwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedBwdCuda);
 
 NB_MODULE(_jaxnorm_cuda, m) {
   m.def("registrations", []() {
@@ -34,6 +36,8 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_pad_unpack3", JaxnormPadUnpack3Cuda);
     JN_REGISTER(d, "jaxnorm_pad_pack", JaxnormPadPackCuda);
     JN_REGISTER(d, "jaxnorm_pad_pack3", JaxnormPadPack3Cuda);
+    JN_REGISTER(d, "jaxnorm_embed_fwd", JaxnormEmbedFwdCuda);
+    JN_REGISTER(d, "jaxnorm_embed_bwd", JaxnormEmbedBwdCuda);
     return d;
   });
   // Reads the current device (initializing CUDA): call only once JAX has a GPU backend.
