@@ -5,6 +5,7 @@ CUDA kernels."""
 from jaxnorm import reference
 from jaxnorm._ffi import cuda_built
 from jaxnorm.decode import decode_attention
+from jaxnorm.embedding import embed_with_position
 from jaxnorm.norm import layer_norm, rms_norm
 from jaxnorm.padding import (
     PaddingOffsets, add_qkv_bias_rebuild_padding, check_capacity, padding_offsets, rebuild_padding,
@@ -18,5 +19,5 @@ __version__ = "0.1.0"
 __all__ = [
     "layer_norm", "rms_norm", "softmax", "log_softmax", "sample", "filter_logits", "top_k", "reference",
     "PaddingOffsets", "padding_offsets", "remove_padding", "rebuild_padding", "add_qkv_bias_rebuild_padding",
-    "transpose_remove_padding", "check_capacity", "decode_attention", "cuda_built", "__version__",
+    "transpose_remove_padding", "check_capacity", "decode_attention", "embed_with_position", "cuda_built", "__version__",
 ]

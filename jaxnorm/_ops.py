@@ -133,6 +133,21 @@ def _decode(append):
 
 
 DECODE, DECODE_APPEND = _decode(False), _decode(True)
+# Embedding lookup + position encoding: one flattened token per row, the tables shared (a vmapped
+# table maps sequentially). The output has the table's dtype (operand 2). The backward sums the
+# rows of dout over runs of sorted ids into `rows` table rows (its own vmap rule: jaxnorm.embedding).
+EMBED_FWD = FfiOp(
+    name="jaxnorm_embed_fwd",
+    operands=("R", "R", "V,D", "P,D?", "H?"),  # ids, positions, table, pos_table, inv_timescales (f32)
+    results=(("R,D", 2),),
+    attrs=("scale", "has_pos_table"),
+)
+EMBED_BWD = FfiOp(
+    name="jaxnorm_embed_bwd",
+    operands=("R,D", "R", "R"),  # dout, order (the stable sort's permutation), sorted ids
+    results=(("rows,D", "x"),),
+    attrs=("scale",),
+)
 
 norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
@@ -146,9 +161,12 @@ pad_unpack_p = {1: make_primitive(PAD_UNPACK), 3: make_primitive(PAD_UNPACK3)}
 pad_pack_p = {1: make_primitive(PAD_PACK), 3: make_primitive(PAD_PACK3)}
 decode_p = make_primitive(DECODE)
 decode_append_p = make_primitive(DECODE_APPEND)
+embed_fwd_p = make_primitive(EMBED_FWD)
+embed_bwd_p = make_primitive(EMBED_BWD)
 
 TARGETS = tuple(
     op.name
     for op in (NORM_FWD, NORM_BWD, SOFTMAX_FWD, SOFTMAX_BWD, SAMPLE, FILTER, TOP_K,
-               PAD_OFFSETS, PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3, DECODE, DECODE_APPEND)
+               PAD_OFFSETS, PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3, DECODE, DECODE_APPEND,
+               EMBED_FWD, EMBED_BWD)
 )

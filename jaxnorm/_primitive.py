@@ -23,7 +23,8 @@ An operand whose spec starts with "R" or "N" is batched by folding; any other op
 parameters, "C") is shared by every row, and a batched one makes vmap map sequentially. A family
 whose operands are not rows (index maps, sequences) replaces the vmap rule with its own
 (`batching.primitive_batchers[prim]`), as jaxnorm.padding does.
-A result's dtype is "x" (the first operand's) or a numpy dtype.
+A result's dtype is "x" (the first operand's), an int i (operand i's: an op whose first operand is
+an index, as jaxnorm.embedding's) or a numpy dtype.
 
 An op may alias results with operands (`aliases`): a KV cache updated in place.
 
@@ -55,7 +56,7 @@ NOT_MAPPED = None  # how batching rules mark an operand without a batch axis
 class FfiOp:
     name: str  # FFI target name, also the primitive's name
     operands: tuple[str, ...]  # shape specs, see module docstring
-    results: tuple[tuple[str, object], ...]  # (spec, dtype): dtype "x" means the first operand's
+    results: tuple[tuple[str, object], ...]  # (spec, dtype): "x" the first operand's, int i operand i's
     attrs: tuple[str, ...]  # params passed to the handler as FFI attributes
     # (avals_in, params) -> extra workspace results appended in the lowering
     workspace: Callable[[Sequence[ShapedArray], dict], list[ShapedArray]] | None = None
@@ -98,7 +99,10 @@ def _result_avals(op: FfiOp, avals, params):
     sizes = _bound_sizes(op, avals, params)
     out = []
     for spec, dtype in op.results:
-        dt = avals[0].dtype if dtype == "x" else np.dtype(dtype)
+        if isinstance(dtype, int):
+            dt = avals[dtype].dtype
+        else:
+            dt = avals[0].dtype if dtype == "x" else np.dtype(dtype)
         out.append(result_aval(avals, tuple(_size(s, sizes, params) for s in _symbols(spec)), dt))
     return out
 

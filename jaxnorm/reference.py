@@ -237,3 +237,45 @@ def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, sc
     if layout == "BLHD":
         keys, values = keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
     return o, keys, values
+
+
+# ---- embedding lookup + position encoding (jaxnorm.embedding states the conventions in words) ----
+
+SINE_MAX_TIMESCALE = 10000.0
+
+
+def sine_inv_timescales(d):
+    """float32 ``[d // 2]``: ``exp(-i * log(10000) / max(d / 2 - 1, 1))`` (tensor2tensor's
+    ``get_timing_signal_1d``, FasterTransformer's ``sine_position_encoder``), computed in float64
+    and rounded once; the kernels read these same numbers."""
+    import math
+
+    import numpy as np
+
+    half = d // 2
+    increment = math.log(SINE_MAX_TIMESCALE) / max(half - 1, 1)
+    return np.exp(-np.arange(half, dtype=np.float64) * increment).astype(np.float32)
+
+
+def sine_position_encoding(position, d):
+    """float32 ``[..., d]``: ``[sin(p * inv), cos(p * inv)]`` with ``p = float32(position)``."""
+    angle = jnp.asarray(position).astype(jnp.float32)[..., None] * sine_inv_timescales(d)
+    return jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)
+
+
+def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
+    """``table[clip(ids)] * scale + PE(position)`` in float32, rounded once to the table's dtype."""
+    import math
+
+    import numpy as np
+
+    d = table.shape[-1]
+    scale = np.float32(math.sqrt(d) if scale is None else scale)
+    ids = jnp.asarray(ids)
+    position = jnp.broadcast_to(jnp.asarray(position), ids.shape)
+    rows = table[jnp.clip(ids, 0, table.shape[0] - 1)].astype(jnp.float32) * scale
+    if pos_table is None:
+        pe = sine_position_encoding(position, d)
+    else:
+        pe = pos_table[jnp.clip(position, 0, pos_table.shape[0] - 1)].astype(jnp.float32)
+    return (rows + pe).astype(table.dtype)

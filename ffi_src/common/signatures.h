@@ -29,6 +29,11 @@
 //                "Grouped" operands (keys and the per-row parameters, each its own G or P) have a
 //                first dimension dividing R: row r reads entry r / (R / G), so one entry serves
 //                every row and vmap folds a batch axis into them as into the rows.
+//   embed_fwd:   ids (N) s32, positions (N) s32, table (V, D), pos_table (P, D | 0) [table's dtype],
+//                inv_timescales (D/2 | 0) f32 -> out (N, D) [table's dtype]; attributes scale,
+//                has_pos_table (common/embedding_args.h states the arithmetic)
+//   embed_bwd:   dout (N, D), order (N) s32, sorted ids (N) s32 -> dtable (rows, D) [dout's dtype];
+//                attribute scale: per row, the scaled sum of its run of sorted ids, in sorted order
 #pragma once
 
 #include <utility>
@@ -173,6 +178,27 @@ auto decode_attention_signature(B b) {
   } else {
     return attrs(std::move(ins).template Ret<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>());
   }
+}
+
+template <class B>
+auto embed_fwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<float>("scale")
+      .template Attr<bool>("has_pos_table");
+}
+
+template <class B>
+auto embed_bwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<float>("scale");
 }
 
 // The shapes one padding copy moves between: P parts (B, H, L, D) <-> packed (T, P * H * D), of

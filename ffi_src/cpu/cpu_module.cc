@@ -18,6 +18,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPackCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPack3Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionAppendCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedFwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedBwdCpu);
 
 NB_MODULE(_jaxnorm_cpu, m) {
   m.def("registrations", []() {
@@ -36,6 +38,8 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_pad_pack3", JaxnormPadPack3Cpu);
     JN_REGISTER(d, "jaxnorm_decode_attention", JaxnormDecodeAttentionCpu);
     JN_REGISTER(d, "jaxnorm_decode_attention_append", JaxnormDecodeAttentionAppendCpu);
+    JN_REGISTER(d, "jaxnorm_embed_fwd", JaxnormEmbedFwdCpu);
+    JN_REGISTER(d, "jaxnorm_embed_bwd", JaxnormEmbedBwdCpu);
     return d;
   });
 }

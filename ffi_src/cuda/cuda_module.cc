@@ -20,6 +20,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPackCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPack3Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionAppendCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedFwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedBwdCuda);
 
 NB_MODULE(_jaxnorm_cuda, m) {
   m.def("registrations", []() {
@@ -38,6 +40,8 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_pad_pack3", JaxnormPadPack3Cuda);
     JN_REGISTER(d, "jaxnorm_decode_attention", JaxnormDecodeAttentionCuda);
     JN_REGISTER(d, "jaxnorm_decode_attention_append", JaxnormDecodeAttentionAppendCuda);
+    JN_REGISTER(d, "jaxnorm_embed_fwd", JaxnormEmbedFwdCuda);
+    JN_REGISTER(d, "jaxnorm_embed_bwd", JaxnormEmbedBwdCuda);
     return d;
   });
   // Reads the current device (initializing CUDA): call only once JAX has a GPU backend.

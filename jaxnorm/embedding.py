@@ -1,0 +1,224 @@
+"""Token embedding lookup fused with the position encoding (FasterTransformer's
+``embedding_position_lookups`` / ``sine_position_encoder``): one pass reads each token's table row
+and writes ``table[id] * scale + PE(position)``.
+
+**Encoding.** The sinusoidal encoding of tensor2tensor's ``get_timing_signal_1d`` and
+FasterTransformer's ``sine_position_encoder``: for a width ``d`` (even) and ``i < d / 2``,
+``inv[i] = exp(-i * log(10000) / max(d / 2 - 1, 1))`` and ``PE[p] = concat(sin(p * inv), cos(p *
+inv))``: the first half sines, the second half cosines (not interleaved). ``inv`` is computed once
+in float64 and rounded to float32 (``jaxnorm.reference.sine_inv_timescales``); the kernels compute
+``float32(p) * inv[i]`` and accurate float32 sine and cosine of it (no fast-math approximations,
+so large positions are fine). Negative positions are allowed: the encoding is just the formula.
+With ``pos_table`` ``[max_pos, d]`` (a learned or precomputed table, FasterTransformer's table
+form) ``pos_table[position]`` is added instead.
+
+**Out of range.** Ids are clamped to ``[0, vocab - 1]`` and, with ``pos_table``, positions to
+``[0, max_pos - 1]``, like ``jnp.take``'s gathers (``table[ids]``): a traced value cannot be
+rejected at trace time, and nothing is ever read out of bounds. (Ids wider than int32 are clamped
+before the cast to int32.)
+
+**Arithmetic.** ``table[id] * scale`` and its sum with the encoding in float32, rounded once to the
+table's dtype (float32, bfloat16 or float16). ``scale`` defaults to ``sqrt(d)`` (FasterTransformer's,
+and the Transformer's, convention).
+
+**Gradients.** With respect to ``table`` and ``pos_table`` (a ``custom_vjp``); ids and positions are
+integers. The table gradient is a scatter-add made reproducible: the flat ids are sorted stably
+(XLA's sort is deterministic), then one kernel sums, for each run of equal ids, the rows of
+``dout * scale`` in sorted order (float32, rounded once; zero rows for ids that do not occur). No
+float atomics: the same bits on every run. The ``pos_table`` gradient is the same kernel over the
+positions.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax.interpreters import batching
+
+from jaxnorm._ops import embed_bwd_p, embed_fwd_p
+from jaxnorm._primitive import NOT_MAPPED, empty_placeholder, map_batching
+from jaxnorm._vma import vary_together
+from jaxnorm.reference import sine_inv_timescales
+
+_FLOATS = (np.dtype(np.float32), np.dtype(jnp.bfloat16), np.dtype(np.float16))
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
+    """``table[ids] * scale + PE(position)``, computed in float32 and rounded once.
+
+    Args:
+      ids: integer array of any shape ``[...]`` (cast to int32; clamped to ``[0, vocab - 1]``).
+      table: ``[vocab, d]`` float32, bfloat16 or float16, ``d`` even.
+      position: a Python int (every token at that position, e.g. one decoding step), or an integer
+        array broadcastable to ``ids.shape`` (per-token positions, e.g. ``[batch, 1]`` per
+        sequence, or ``[seq]`` for a prompt).
+      scale: a Python float multiplying the table rows; default ``sqrt(d)``.
+      pos_table: optional ``[max_pos, d]`` of the table's dtype: added at the (clamped) positions
+        instead of the computed sinusoidal encoding.
+
+    Returns:
+      ``[..., d]`` in the table's dtype. See the module docstring for the encoding's convention.
+    """
+    fn = "embed_with_position"
+    ids = _array(ids, fn, "ids")
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise TypeError(f"{fn}: `ids` must be an integer array, got {np.dtype(ids.dtype)} with shape "
+                        f"{tuple(ids.shape)}")
+    table = _array(table, fn, "table")
+    if table.ndim != 2:
+        raise ValueError(f"{fn}: `table` must have shape [vocab, d], got {tuple(table.shape)}")
+    if np.dtype(table.dtype) not in _FLOATS:
+        raise TypeError(f"{fn}: `table` must be float32, bfloat16 or float16, got {np.dtype(table.dtype)}")
+    vocab, d = table.shape
+    if d % 2:
+        raise ValueError(f"{fn}: `table`'s width d must be even (sine and cosine halves), got shape "
+                         f"{tuple(table.shape)}")
+    if vocab == 0:
+        raise ValueError(f"{fn}: `table` has no rows: shape {tuple(table.shape)}")
+    scale = _scale(scale, d, fn)
+    position = _position(position, ids.shape, fn)
+    max_pos = 0
+    if pos_table is not None:
+        pos_table = _array(pos_table, fn, "pos_table")
+        if pos_table.ndim != 2 or pos_table.shape[1] != d or pos_table.shape[0] == 0:
+            raise ValueError(f"{fn}: `pos_table` must have shape [max_pos >= 1, d] = [max_pos, {d}], got "
+                             f"{tuple(pos_table.shape)}")
+        if pos_table.dtype != table.dtype:
+            raise TypeError(f"{fn}: `pos_table` must have the table's dtype {np.dtype(table.dtype)}, got "
+                            f"{np.dtype(pos_table.dtype)}")
+        max_pos = pos_table.shape[0]
+    n = math.prod(ids.shape)
+    if n == 0 or d == 0:
+        return jnp.zeros((*ids.shape, d), table.dtype)
+    ids32 = _int32(ids.reshape(n), 0, vocab - 1)
+    pos32 = jnp.broadcast_to(position, ids.shape).reshape(n)
+    pos32 = _int32(pos32, 0, max_pos - 1) if max_pos else _int32(pos32, _INT32_MIN, _INT32_MAX)
+    ids32, pos32, table, pos_table = vary_together(ids32, pos32, table, pos_table)
+    pt = empty_placeholder(table.dtype) if pos_table is None else pos_table
+    out = _embed(ids32, pos32, table, pt, (scale, vocab, max_pos))
+    return out.reshape(*ids.shape, d)
+
+
+# ---- the custom_vjp core: ids, positions (N) int32; static (scale, vocab, max_pos) ----
+
+
+def _bind_fwd(ids, pos, table, pt, scale, max_pos):
+    d = table.shape[1]
+    inv = empty_placeholder() if max_pos else jnp.asarray(sine_inv_timescales(d))
+    (out,) = embed_fwd_p.bind(ids, pos, table, pt, inv, scale=scale, has_pos_table=bool(max_pos))
+    return out
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _embed(ids, pos, table, pt, static):
+    scale, _, max_pos = static
+    return _bind_fwd(ids, pos, table, pt, scale, max_pos)
+
+
+def _embed_fwd(ids, pos, table, pt, static):
+    scale, _, max_pos = static
+    return _bind_fwd(ids, pos, table, pt, scale, max_pos), (ids, pos)
+
+
+def segment_sum_rows(dout, index, rows: int, scale: float):
+    """``g[v] = sum over t with index[t] == v of dout[t] * scale`` (float32, rounded once to
+    dout's dtype), in a fixed order: ``index`` (N) int32 in ``[0, rows)`` sorted stably, then each
+    run summed in sorted order by one kernel. ``dout`` ``[N, d]``; returns ``[rows, d]``."""
+    n = index.shape[0]
+    sorted_index, order = jax.lax.sort((index, jnp.arange(n, dtype=jnp.int32)), num_keys=1, is_stable=True)
+    (g,) = embed_bwd_p.bind(dout, order, sorted_index, rows=rows, scale=float(scale))
+    return g
+
+
+def _embed_bwd(static, res, dout):
+    scale, vocab, max_pos = static
+    ids, pos = res
+    dtable = segment_sum_rows(dout, jnp.clip(ids, 0, vocab - 1), vocab, scale)
+    if max_pos:
+        dpt = segment_sum_rows(dout, jnp.clip(pos, 0, max_pos - 1), max_pos, 1.0)
+    else:
+        dpt = jnp.zeros((0,), dout.dtype)
+    return None, None, dtable, dpt
+
+
+_embed.defvjp(_embed_fwd, _embed_bwd)
+
+
+def _bwd_batching(args, dims, *, rows, scale):
+    """vmap: example e's sorted indices shifted by e * rows and its order by e * N, so the folded
+    indices stay sorted and one launch writes every example's [rows, d] gradient."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
+    n = args[1].shape[0] if dims[1] is NOT_MAPPED else int(np.delete(args[1].shape, dims[1])[0])
+    if size * max(rows, n) >= 2**31:
+        return map_batching(args, dims, prim=embed_bwd_p, rows=rows, scale=scale)
+    dout, order, sorted_index = (jnp.broadcast_to(a, (size, *a.shape)) if d is NOT_MAPPED else jnp.moveaxis(a, d, 0)
+                                 for a, d in zip(args, dims))
+    ex = jnp.arange(size, dtype=jnp.int32)[:, None]
+    order = (order + ex * n).reshape(size * n)
+    sorted_index = (sorted_index + ex * rows).reshape(size * n)
+    (g,) = embed_bwd_p.bind(dout.reshape(size * n, dout.shape[-1]), order, sorted_index, rows=size * rows,
+                            scale=scale)
+    return [g.reshape(size, rows, g.shape[-1])], [0]
+
+
+batching.primitive_batchers[embed_bwd_p] = _bwd_batching
+
+
+# ---- argument checks ----
+
+
+def _array(x, fn, name):
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{fn}: `{name}` must be an array, got {type(x).__name__}")
+    try:
+        return x if hasattr(x, "dtype") and hasattr(x, "shape") else jnp.asarray(x)
+    except Exception as e:
+        raise TypeError(f"{fn}: `{name}` must be an array, got {type(x).__name__}") from e
+
+
+def _scale(scale, d, fn) -> float:
+    if scale is None:
+        return math.sqrt(d)
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{fn}: `scale` must be a Python float (static), got {type(scale).__name__}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"{fn}: `scale` must be finite, got {scale}")
+    return scale
+
+
+def _position(position, shape, fn):
+    if isinstance(position, (bool, np.bool_)):
+        raise TypeError(f"{fn}: `position` must be an int or an integer array, got a bool")
+    if isinstance(position, (int, np.integer)):
+        if not _INT32_MIN <= int(position) <= _INT32_MAX:
+            raise ValueError(f"{fn}: `position` {int(position)} is outside the int32 range")
+        return jnp.asarray(int(position), jnp.int32)
+    position = _array(position, fn, "position")
+    if not jnp.issubdtype(position.dtype, jnp.integer):
+        raise TypeError(f"{fn}: `position` must be an int or an integer array, got {np.dtype(position.dtype)} "
+                        f"with shape {tuple(position.shape)}")
+    try:
+        np.broadcast_shapes(tuple(position.shape), tuple(shape))
+        ok = np.broadcast_shapes(tuple(position.shape), tuple(shape)) == tuple(shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{fn}: `position` of shape {tuple(position.shape)} does not broadcast to the ids' "
+                         f"shape {tuple(shape)}")
+    return position
+
+
+def _int32(x, lo, hi):
+    """x as int32, clamped to [lo, hi] in its own dtype first when that is wider (or unsigned)."""
+    if x.dtype == jnp.int32:
+        return x
+    info = jnp.iinfo(x.dtype)
+    lo, hi = max(lo, info.min), min(hi, info.max)
+    return jnp.clip(x, lo, hi).astype(jnp.int32)
