@@ -149,4 +149,18 @@ __device__ __forceinline__ void prefetch_l2_rows(const T* base, int64_t row0, in
 #endif
 }
 
+// 16 bytes copied global -> shared without passing through registers (Ampere+): loads stay in
+// flight while the thread works on earlier data. `bytes` < 16 zero-fills the rest (0: all zeros,
+// nothing read).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int bytes = 16) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 }  // namespace jaxnorm

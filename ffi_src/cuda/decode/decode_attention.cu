@@ -21,7 +21,8 @@ ffi::Error launch_decode(cudaStream_t stream, const DecodeParams& p, int64_t bat
   const int groups = (p.group + G - 1) / G;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.kv_heads * groups),
                   static_cast<unsigned>(batch));
-  JN_RETURN_IF_ERROR(launch(decode_kernel<T, D, G>, grid, dim3(kThreads), 1, stream, "decode_attention", p));
+  JN_RETURN_IF_ERROR(launch_with_smem(decode_kernel<T, D, G>, grid, dim3(kThreads), 1, Shape<T, D, G>::kSmemBytes,
+                                      stream, "decode_attention", p));
   if (p.splits == 1) return ffi::Error::Success();
   return launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.q_heads)), dim3(D), 1, stream,
                 "decode_attention (merging splits)", p);

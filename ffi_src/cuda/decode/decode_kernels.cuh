@@ -1,16 +1,17 @@
 // One decoding step of attention over a KV cache (flash-decoding on CUDA cores).
 //
-// A CTA takes one (sequence, kv head, group of G query heads, split of the positions). Its
-// threads form slots of kLanes lanes; a slot reads one cache row (head_dim elements) per step as
-// one 16-byte load per lane, so a warp load covers whole rows and the G query heads sharing the
-// kv head reuse every row from registers (grouped-query attention reads the cache once). Each
-// slot keeps an online softmax (max, sum, weighted V) per head over its rows; the slots are
-// merged in shared memory in slot order, and the splits by a second kernel in split order, both
-// with the (max, sum) rescaling of the online softmax, so results never depend on timing.
+// A CTA takes one (sequence, kv head, group of G query heads, split of the positions). It streams
+// the split's K and V rows through a kStages-deep ring of shared-memory stages with cp.async, so
+// DRAM reads stay in flight while the threads compute on earlier stages. The threads form slots of
+// kLanes lanes; a slot takes one row at a time, a 16-byte piece per lane, and the G query heads
+// sharing the kv head reuse each row (grouped-query attention reads the cache once). Each slot
+// keeps an online softmax (max, sum, weighted V) per head over its rows; the slots are merged in
+// shared memory in slot order, and the splits by a second kernel in split order, both with the
+// (max, sum) rescaling of the online softmax, so results never depend on timing.
 //
-// The new token (k_new, v_new) is position `length` of its sequence: the slot that reads it
-// takes it from the operand, not the cache, and writes it into the cache. Every other read is of
-// a position below `length`, so the write never races a read.
+// The new token (k_new, v_new) is position `length` of its sequence: its stage copies it from the
+// operand, not the cache, and the CTA whose split holds it writes it into the cache. No CTA reads
+// the cache at `length`, so the write never races a read.
 #pragma once
 
 #include <cstdint>
@@ -44,13 +45,19 @@ struct DecodeParams {
 
 template <class T, int D, int G>
 struct Shape {
-  static constexpr int kVec = kVecOf<T>;                         // elements per 16-byte load
-  static constexpr int kLanes = D / kVec < 32 ? D / kVec : 32;   // lanes reading one row
-  static constexpr int kChunks = D / (kVec * kLanes);            // 16-byte loads per lane per row
+  static constexpr int kVec = kVecOf<T>;                         // elements per 16-byte piece
+  static constexpr int kLanes = D / kVec < 32 ? D / kVec : 32;   // lanes sharing one row
+  static constexpr int kChunks = D / (kVec * kLanes);            // pieces per lane per row
   static constexpr int kElems = kVec * kChunks;                  // elements per lane
-  static constexpr int kSlots = kThreads / kLanes;               // rows read per step by the CTA
-  static constexpr int kTile = (G <= 4 ? 8 : 4) / kChunks;       // rows per slot per step
+  static constexpr int kSlots = kThreads / kLanes;               // rows taken at once by the CTA
+  static constexpr int kRowsPerSlot = 4 / kChunks;               // rows per slot per stage
+  static constexpr int kStageRows = kSlots * kRowsPerSlot;       // 16 KB of K and V per stage
+  static constexpr int kStages = 4;
+  static constexpr int kPieces = D / kVec;                       // 16-byte pieces per row
+  static constexpr int kStageElems = 2 * kStageRows * D;         // K rows, then V rows
+  static constexpr size_t kSmemBytes = size_t{kStages} * kStageElems * sizeof(T);
   static_assert(D % (kVec * kLanes) == 0 && kLanes >= 1, "head_dim must be a multiple of 16 bytes");
+  static_assert(size_t{kSlots} * G * D * sizeof(float) <= kSmemBytes, "the slot merge reuses the stages");
 };
 
 // The lane's element e of a row: chunk c = e / kVec covers lanes' consecutive 16-byte pieces.
@@ -83,12 +90,31 @@ __device__ __forceinline__ bool work_of(const DecodeParams& p, Work* w) {
   return true;
 }
 
+// Issues the cp.async copies of stage `stage` (rows [row0, row0 + kStageRows) of the split, those
+// at or past `end` zero-filled) into `buf`.
+template <class S, class T>
+__device__ __forceinline__ void load_stage(T* buf, const T* kc, const T* vc, const T* kn, const T* vn,
+                                           int64_t pos_stride, int row0, int end, int length) {
+  constexpr int kUnits = 2 * S::kStageRows * S::kPieces;
+#pragma unroll
+  for (int u = threadIdx.x; u < kUnits; u += kThreads) {
+    const int half = u / (S::kStageRows * S::kPieces);  // 0: K, 1: V
+    const int r = (u / S::kPieces) % S::kStageRows, piece = u % S::kPieces;
+    const int pos = row0 + r;
+    const T* cache = half ? vc : kc;
+    const T* src = pos == length ? (half ? vn : kn) : cache + pos * pos_stride;
+    cp_async_16(buf + (half * S::kStageRows + r) * S::kPieces * S::kVec + piece * S::kVec,
+                pos < end ? src + piece * S::kVec : cache, pos < end ? 16 : 0);
+  }
+}
+
 template <class T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   using S = Shape<T, D, G>;
   using P = Pack<T, S::kVec>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* stages = reinterpret_cast<T*>(smem_raw);
   __shared__ float sm_max[S::kSlots][G], sm_sum[S::kSlots][G];
-  __shared__ float sm_acc[S::kSlots * G * D];
 
   Work w;
   const bool valid = work_of<G>(p, &w);
@@ -97,9 +123,19 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   const T* kc = static_cast<const T*>(p.k) + base_off;
   const T* vc = static_cast<const T*>(p.v) + base_off;
   const int64_t new_off = (int64_t{w.b} * p.kv_heads + w.kvh) * D;
-  const T* kn = p.has_new ? static_cast<const T*>(p.k_new) + new_off : nullptr;
-  const T* vn = p.has_new ? static_cast<const T*>(p.v_new) + new_off : nullptr;
-  const bool writes_new = p.has_new && w.h0 == w.kvh * p.group;  // the first head group writes
+  const T* kn = p.has_new ? static_cast<const T*>(p.k_new) + new_off : kc;
+  const T* vn = p.has_new ? static_cast<const T*>(p.v_new) + new_off : vc;
+  const int length = p.has_new ? w.length : -1;  // the row read from k_new / v_new, if any
+
+  // The split holding the new token writes it into the caches (the first head group only).
+  if (valid && p.has_new && w.h0 == w.kvh * p.group && w.start <= w.length && w.length < w.end) {
+    const int64_t off = base_off + w.length * p.pos_stride;
+    for (int i = threadIdx.x; i < 2 * S::kPieces; i += kThreads) {
+      const int piece = i % S::kPieces;
+      T* dst = static_cast<T*>(i < S::kPieces ? p.k_out : p.v_out) + off + piece * S::kVec;
+      *reinterpret_cast<P*>(dst) = load_raw<T, S::kVec>((i < S::kPieces ? kn : vn) + piece * S::kVec);
+    }
+  }
 
   float m[G], l[G], acc[G][S::kElems];
   float qf[G][S::kElems];
@@ -126,42 +162,38 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     }
   }
 
-  for (int base = valid ? w.start : 0; valid && base < w.end; base += S::kSlots * S::kTile) {
-    P kr[S::kTile][S::kChunks], vr[S::kTile][S::kChunks];
+  const int n_stages = valid ? (w.end - w.start + S::kStageRows - 1) / S::kStageRows : 0;
 #pragma unroll
-    for (int t = 0; t < S::kTile; ++t) {
-      const int pos = base + t * S::kSlots + slot;
-      const bool is_new = p.has_new && pos == w.length;
-      const T* krow = is_new ? kn : kc + pos * p.pos_stride;
-      const T* vrow = is_new ? vn : vc + pos * p.pos_stride;
-#pragma unroll
-      for (int c = 0; c < S::kChunks; ++c) {
-        if (pos < w.end) {
-          kr[t][c] = load_raw<T, S::kVec>(krow + elem_offset<S>(lane, c));
-          vr[t][c] = load_raw<T, S::kVec>(vrow + elem_offset<S>(lane, c));
-        } else {
-#pragma unroll
-          for (int e = 0; e < S::kVec; ++e) kr[t][c].v[e] = vr[t][c].v[e] = from_float<T>(0.f);
-        }
-      }
-      if (is_new && writes_new) {
-        const int64_t off = base_off + pos * p.pos_stride;
-#pragma unroll
-        for (int c = 0; c < S::kChunks; ++c) {
-          *reinterpret_cast<P*>(static_cast<T*>(p.k_out) + off + elem_offset<S>(lane, c)) = kr[t][c];
-          *reinterpret_cast<P*>(static_cast<T*>(p.v_out) + off + elem_offset<S>(lane, c)) = vr[t][c];
-        }
-      }
+  for (int st = 0; st < S::kStages - 1; ++st) {
+    if (st < n_stages) {
+      load_stage<S>(stages + st * S::kStageElems, kc, vc, kn, vn, p.pos_stride, w.start + st * S::kStageRows, w.end,
+                    length);
     }
+    cp_async_commit();
+  }
+  for (int it = 0; it < n_stages; ++it) {
+    const int next = it + S::kStages - 1;
+    if (next < n_stages) {
+      load_stage<S>(stages + (next % S::kStages) * S::kStageElems, kc, vc, kn, vn, p.pos_stride,
+                    w.start + next * S::kStageRows, w.end, length);
+    }
+    cp_async_commit();
+    cp_async_wait<S::kStages - 1>();
+    __syncthreads();
+    const T* kbuf = stages + (it % S::kStages) * S::kStageElems;
+    const T* vbuf = kbuf + S::kStageRows * D;
+    const int row0 = w.start + it * S::kStageRows;
 
-    float s[S::kTile][G];
+    float s[S::kRowsPerSlot][G];
 #pragma unroll
-    for (int t = 0; t < S::kTile; ++t) {
+    for (int t = 0; t < S::kRowsPerSlot; ++t) {
+      const int r = t * S::kSlots + slot;
       float kf[S::kElems];
 #pragma unroll
       for (int c = 0; c < S::kChunks; ++c) {
+        const P pk = load_raw<T, S::kVec>(kbuf + r * D + elem_offset<S>(lane, c));
 #pragma unroll
-        for (int e = 0; e < S::kVec; ++e) kf[c * S::kVec + e] = to_float(kr[t][c].v[e]);
+        for (int e = 0; e < S::kVec; ++e) kf[c * S::kVec + e] = to_float(pk.v[e]);
       }
 #pragma unroll
       for (int j = 0; j < G; ++j) {
@@ -174,44 +206,56 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
     for (int off = S::kLanes / 2; off > 0; off /= 2) {
 #pragma unroll
-      for (int t = 0; t < S::kTile; ++t) {
+      for (int t = 0; t < S::kRowsPerSlot; ++t) {
 #pragma unroll
         for (int j = 0; j < G; ++j) s[t][j] += __shfl_xor_sync(0xffffffffu, s[t][j], off);
       }
     }
 #pragma unroll
-    for (int t = 0; t < S::kTile; ++t) {
-      if (base + t * S::kSlots + slot >= w.end) {
+    for (int t = 0; t < S::kRowsPerSlot; ++t) {
+      if (row0 + t * S::kSlots + slot >= w.end) {
 #pragma unroll
         for (int j = 0; j < G; ++j) s[t][j] = -INFINITY;
       }
     }
 
+    float vf[S::kRowsPerSlot][S::kElems];
+#pragma unroll
+    for (int t = 0; t < S::kRowsPerSlot; ++t) {
+      const int r = t * S::kSlots + slot;
+#pragma unroll
+      for (int c = 0; c < S::kChunks; ++c) {
+        const P pk = load_raw<T, S::kVec>(vbuf + r * D + elem_offset<S>(lane, c));
+#pragma unroll
+        for (int e = 0; e < S::kVec; ++e) vf[t][c * S::kVec + e] = to_float(pk.v[e]);
+      }
+    }
 #pragma unroll
     for (int j = 0; j < G; ++j) {
       float mx = m[j];
 #pragma unroll
-      for (int t = 0; t < S::kTile; ++t) mx = fmaxf(mx, s[t][j]);
+      for (int t = 0; t < S::kRowsPerSlot; ++t) mx = fmaxf(mx, s[t][j]);
       if (mx == -INFINITY) continue;  // nothing seen yet by this slot
       const float corr = exp2f(m[j] - mx);
       l[j] *= corr;
 #pragma unroll
       for (int e = 0; e < S::kElems; ++e) acc[j][e] *= corr;
 #pragma unroll
-      for (int t = 0; t < S::kTile; ++t) {
+      for (int t = 0; t < S::kRowsPerSlot; ++t) {
         const float pe = exp2f(s[t][j] - mx);
         l[j] += pe;
 #pragma unroll
-        for (int c = 0; c < S::kChunks; ++c) {
-#pragma unroll
-          for (int e = 0; e < S::kVec; ++e) acc[j][c * S::kVec + e] = fmaf(pe, to_float(vr[t][c].v[e]), acc[j][c * S::kVec + e]);
-        }
+        for (int e = 0; e < S::kElems; ++e) acc[j][e] = fmaf(pe, vf[t][e], acc[j][e]);
       }
       m[j] = mx;
     }
+    __syncthreads();  // the next iteration refills this stage
   }
+  cp_async_wait<0>();
+  __syncthreads();
 
-  // Merge the slots in slot order.
+  // Merge the slots in slot order (the stages' memory is free now).
+  float* sm_acc = reinterpret_cast<float*>(smem_raw);
 #pragma unroll
   for (int j = 0; j < G; ++j) {
     if (lane == 0) {
