@@ -319,6 +319,48 @@ def self_check_padding() -> int:
     return failures
 
 
+def self_check_decoding() -> int:
+    """The decoding-step family: decode_attention (attending, appending in place, invalid lengths)
+    and embed_with_position (forward and table gradient) against the reference, and lowering."""
+    print("\n== self-check of decoding-step ops (decode_attention, embed_with_position) against jaxnorm.reference")
+    failures = 0
+    rng = np.random.default_rng(3)
+    close = lambda a, b, tol: bool(jnp.allclose(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32),
+                                                rtol=tol, atol=tol))
+    for dtype_name, tol in (("float32", 1e-5), ("bfloat16", 2e-2)):
+        dtype = T.DTYPES[dtype_name]
+
+        def run(checks, dtype=dtype, tol=tol):
+            q, k, v = (jnp.asarray(rng.standard_normal(s), dtype) for s in ((3, 8, 64), (3, 2, 300, 64), (3, 2, 300, 64)))
+            kn, vn = (jnp.asarray(rng.standard_normal((3, 2, 64)), dtype) for _ in range(2))
+            lengths = jnp.asarray([0, 150, 299], jnp.int32)
+            checks["decode_attention == reference"] = close(
+                jaxnorm.decode_attention(q, k, v, lengths), reference.decode_attention(q, k, v, lengths), tol)
+            got = jaxnorm.decode_attention(q, k, v, lengths, k_new=kn, v_new=vn)
+            want = reference.decode_attention(q, k, v, lengths, k_new=kn, v_new=vn)
+            checks["decode_attention appending == reference"] = close(got[0], want[0], tol)
+            checks["appended caches == reference (exact)"] = all(bool(jnp.array_equal(a, b)) for a, b in zip(got[1:], want[1:]))
+            bad = jaxnorm.decode_attention(q, k, v, jnp.asarray([-1, 301, 5], jnp.int32))
+            checks["invalid lengths give NaN"] = bool(jnp.isnan(bad[:2]).all() & jnp.isfinite(bad[2]).all())
+            targets, err = _lowered_targets(lambda *a: jaxnorm.decode_attention(*a), q, k, v, lengths)
+            checks["decode_attention lowers to jaxnorm_decode_attention"] = "jaxnorm_decode_attention" in targets and not err
+            ids = jnp.asarray(rng.integers(0, 500, size=(4, 9)), jnp.int32)
+            table = jnp.asarray(rng.standard_normal((500, 96)), dtype)
+            pos = jnp.arange(9)[None, :] + 7
+            checks["embed_with_position == reference"] = close(
+                jaxnorm.embed_with_position(ids, table, position=pos),
+                reference.embed_with_position(ids, table, position=pos), tol)
+            loss = lambda f: lambda t: jnp.sum(f(ids, t, position=pos).astype(jnp.float32) ** 2)
+            checks["grad of embed_with_position == reference"] = close(
+                jax.grad(loss(jaxnorm.embed_with_position))(table), jax.grad(loss(reference.embed_with_position))(table),
+                10 * tol)
+            targets, err = _lowered_targets(lambda i, t: jaxnorm.embed_with_position(i, t, position=3), ids, table)
+            checks["embed_with_position lowers to jaxnorm_embed_fwd"] = "jaxnorm_embed_fwd" in targets and not err
+
+        failures += _report_checks("decoding", dtype_name, run, width=52)
+    return failures
+
+
 # ----------------------------------------------------------------------------------------------
 # (c) timing
 
@@ -397,6 +439,7 @@ def main(argv=None) -> int:
         failures += self_check()
         failures += self_check_sampling()
         failures += self_check_padding()
+        failures += self_check_decoding()
     if not args.no_bench:
         failures += timing(args.dtype)
     print(f"\n{'FAILED' if failures else 'OK'}: {failures} failure(s), "
