@@ -162,17 +162,13 @@ def main(argv=None):
     ap.add_argument("--dtype", default="bfloat16")
     args = ap.parse_args(argv)
     dtype = jnp.dtype(args.dtype)
-    timer = dt.wall_time if args.wall else dt.device_time
+    timer, ceiling, method = dt.bench_method(args.wall)
     shapes = QUICK if args.quick else SHAPES
     if args.wall:  # CPU smoke test: the same shapes, 32x shorter contexts
         shapes = [(b, L // 32, hq, hkv, d) for b, L, hq, hkv, d in shapes[:3]]
     rng = np.random.default_rng(0)
-    ceiling = dt.copy_ceiling() if not args.wall else float("nan")
-    method = ("wall clock (smoke test, host overhead included)" if args.wall else
-              "device time: JAX profiler kernel events, median over calls, inputs rotated past L2")
     print(f"{method}; copy ceiling {ceiling / 1e12:.2f} TB/s", flush=True)
-    out = dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__, method=method,
-               copy_tb_s=ceiling / 1e12, dtype=str(dtype), rows=[])
+    out = dict(dt.run_header(method, ceiling), dtype=str(dtype), rows=[])
     for shape in shapes:
         print(f"B={shape[0]} context={shape[1]} Hq:Hkv={shape[2]}:{shape[3]} D={shape[4]}", flush=True)
         out["rows"] += bench_shape(timer, rng, shape, ceiling, dtype)

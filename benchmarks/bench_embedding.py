@@ -124,15 +124,12 @@ def main(argv=None):
     args.dtype = jnp.dtype(args.dtype)
     if args.quick and args.wall and args.vocab == 128256:
         args.vocab = 8192  # a CPU smoke test: the dense gradient of the full vocabulary is slow there
-    timer = dt.wall_time if args.wall else dt.device_time
+    timer, ceiling, method = dt.bench_method(args.wall)
     tokens_list, dims = ((64, 4096), (768,)) if args.quick else (TOKENS, DIMS)
     rng = np.random.default_rng(0)
-    ceiling = dt.copy_ceiling() if not args.wall else float("nan")
-    method = ("wall clock (smoke test, host overhead included)" if args.wall else
-              "device time: JAX profiler kernel events, median over calls, inputs rotated past L2")
     print(f"{method}; copy ceiling {ceiling / 1e9:.0f} GB/s", flush=True)
-    out = dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__, method=method,
-               copy_gb_s=ceiling / 1e9, vocab=args.vocab, dtype=str(args.dtype), rows=[])
+    out = dict(dt.run_header(method, ceiling), copy_gb_s=ceiling / 1e9, vocab=args.vocab, dtype=str(args.dtype),
+               rows=[])
     out["rows"] = bench(timer, rng, args, tokens_list, dims)
     write(args.out, out)
     bad = [r for r in out["rows"] if not r["ok"]]

@@ -199,15 +199,11 @@ def main(argv=None):
     ap.add_argument("--no-encoder", action="store_true")
     args = ap.parse_args(argv)
     args.dtype = jnp.dtype(args.dtype)
-    timer = dt.wall_time if args.wall else dt.device_time
+    timer, ceiling, method = dt.bench_method(args.wall)
     paddings = (0.0, 0.5) if args.quick else PADDINGS
     rng = np.random.default_rng(0)
-    ceiling = dt.copy_ceiling() if not args.wall else float("nan")
-    method = ("wall clock (smoke test, host overhead included)" if args.wall else
-              "device time: JAX profiler kernel events, median over calls, inputs rotated past L2")
     print(f"{method}; copy ceiling {ceiling / 1e12:.2f} TB/s", flush=True)
-    out = dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__, method=method,
-               copy_tb_s=ceiling / 1e12, batch=args.batch, max_len=args.max_len, hidden=args.hidden,
+    out = dict(dt.run_header(method, ceiling), batch=args.batch, max_len=args.max_len, hidden=args.hidden,
                heads=args.heads, dtype=str(args.dtype), ops=[], encoder=[])
     out["copy_same_size_tb_s"] = same_size_copies(timer, rng, args)
     out["ops"] = bench_ops(timer, rng, args, ceiling, paddings)

@@ -89,3 +89,18 @@ def wall_time(f: Callable, args: Sequence[tuple], *, reps: int = 5) -> dict:
             times.append(time.perf_counter() - t0)
     return {"mean": sum(times) / len(times), "median": statistics.median(times), "kernels_per_call": None,
             "kernels": []}
+
+
+def bench_method(wall: bool) -> tuple[Callable, float, str]:
+    """What every benchmark times with: (timer, copy ceiling in bytes/s, the method's text). Wall
+    clock is a smoke test for machines without a GPU profiler (no ceiling: NaN)."""
+    if wall:
+        return wall_time, float("nan"), "wall clock (smoke test, host overhead included)"
+    return (device_time, copy_ceiling(),
+            "device time: JAX profiler kernel events, median over calls, inputs rotated past L2")
+
+
+def run_header(method: str, ceiling: float) -> dict:
+    """The fields every benchmark's JSON starts with."""
+    return dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__, method=method,
+                copy_tb_s=ceiling / 1e12)
