@@ -4,14 +4,7 @@
 # and the decode benchmark (device time). STAGE=2: the embedding benchmark, the decoding example
 # and the tests named by PYTEST_ARGS (default: the family's) and the main job.
 #   COMMIT=<hash> names the commit measured (the device tree's .git may be stale).
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee "$OUT/commit.txt"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-t0=$(date +%s)
-JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q -e . 2>&1 | tail -3
-echo "build: $(( $(date +%s) - t0 )) s"
+source "$(dirname "$0")/gpu_setup.sh"
 FAMILY="tests/test_decode_attention.py tests/test_embedding.py"
 if [ "${STAGE:-1}" = 1 ]; then
   if [ "${TESTS:-1}" = 1 ]; then

@@ -4,14 +4,7 @@
 # (device time) and the example. STAGE=2: the tests named by PYTEST_ARGS (default all: ~11 min on
 # the H100, more than one call allows, so split them) and the main job.
 #   COMMIT=<hash> names the commit measured (the device tree's .git may be stale).
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee "$OUT/commit.txt"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-t0=$(date +%s)
-JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q -e . 2>&1 | tail -3
-echo "build: $(( $(date +%s) - t0 )) s"
+source "$(dirname "$0")/gpu_setup.sh"
 if [ "${STAGE:-1}" = 1 ]; then
   if [ "${TESTS:-1}" = 1 ]; then
     timeout 240 python3 -m pytest -q tests/test_padding.py tests/test_encoder_example.py 2>&1 |

@@ -2,17 +2,13 @@
 # One GPU call for the sampling family: build, its tests, its benchmark (device time), and the
 # FlashInfer anchor built from its headers in .fi/ (carried; see benchmarks/README.md).
 #   MODE=quick|full  FULL_SUITE=1 also runs the whole test suite.
-set -o pipefail
-export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ -d .fi/include ]; then
   (cd .fi && sed 's/int reps = 50/int reps = 2/' flashinfer_sampling.cu > fis_ncu.cu &&
    nvcc -O3 -std=c++17 -arch=sm_90a -Iinclude flashinfer_sampling.cu -o fis -lcurand > fis_build.log 2>&1 &&
    nvcc -O3 -std=c++17 -arch=sm_90a -Iinclude fis_ncu.cu -o fis_ncu -lcurand >> fis_build.log 2>&1) &
 fi
-git rev-parse HEAD 2>/dev/null | tee "$OUT/commit.txt"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q -e . 2>&1 | tail -3
+source "$(dirname "$0")/gpu_setup.sh"
 timeout 300 python3 -m pytest -q -x tests/test_sampling.py 2>&1 | tee "$OUT/pytest-sampling.log" | tail -6
 if [ "${FULL_SUITE:-0}" = 1 ]; then
   timeout 420 python3 -m pytest -q 2>&1 | tee "$OUT/pytest-all.log" | tail -4
