@@ -1,6 +1,7 @@
 // Decode attention CPU handlers: per (sequence, kv head), the scores of its query heads against
-// every valid row, an exact softmax and the weighted sum of V, all in float; (sequence, kv head)
-// pairs spread over XLA's intra-op thread pool (each writes only its own outputs).
+// every valid row, an exact softmax and the weighted sum of V, all in float (loops the compiler
+// vectorizes, cpu/vec_math.h); (sequence, kv head) pairs spread over XLA's intra-op thread pool
+// (each writes only its own outputs; chunks fixed by the shape).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,13 +11,36 @@
 #include "common/signatures.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
+#include "cpu/vec_math.h"
 
 namespace jaxnorm {
 namespace {
 
 template <class T>
-void attend(const DecodeArgs& a, int64_t b, int64_t kvh) {
-  const int64_t D = a.head_dim, length = a.lengths[b];
+JN_VEC_INLINE void row_to_float(const T* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+// A dot product over 8 float lanes in a fixed order (head_dim is a multiple of 8): vectorizes.
+JN_VEC_INLINE float dot8(const float* a, const float* b, int64_t n) {
+  float acc[8] = {};
+  for (int64_t d = 0; d < n; d += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += a[d + l] * b[d + l];
+  }
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// Scratch of one (sequence, kv head): the group's scaled queries, one row as floats, the scores
+// (then weights) of every head, the weighted sums and the weights' sums.
+struct Scratch {
+  std::vector<float> q, row, s, o, sum;
+};
+
+// One (sequence, kv head): every row is read once (converted to float once) for all the query
+// heads sharing it; an exact softmax per head (max first, weights summed in double).
+template <class T>
+JN_CPU_CLONES void attend(const DecodeArgs& a, int64_t b, int64_t kvh, Scratch& w) {
+  const int64_t D = a.head_dim, G = a.group, length = a.lengths[b];
   const int64_t off = b * a.batch_stride + kvh * a.head_stride;
   const T* kc = static_cast<const T*>(a.k) + off;
   const T* vc = static_cast<const T*>(a.v) + off;
@@ -25,37 +49,46 @@ void attend(const DecodeArgs& a, int64_t b, int64_t kvh) {
   const T* vn = a.has_new ? static_cast<const T*>(a.v_new) + new_off : nullptr;
   const bool valid = length >= 0 && length <= a.max_len - (a.has_new ? 1 : 0);
   const int64_t n = valid ? length + (a.has_new ? 1 : 0) : 0;
-  auto row = [&](const T* cache, const T* fresh, int64_t pos) { return pos == length ? fresh : cache + pos * a.pos_stride; };
-
-  std::vector<float> q(D), s(n), o(D);
-  for (int64_t j = 0; j < a.group; ++j) {
-    const int64_t h = kvh * a.group + j;
-    T* out = static_cast<T*>(a.out) + (b * a.q_heads + h) * D;
-    if (!valid) {
-      for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(std::numeric_limits<float>::quiet_NaN());
-      continue;
-    }
-    const T* qh = static_cast<const T*>(a.q) + (b * a.q_heads + h) * D;
-    for (int64_t d = 0; d < D; ++d) q[d] = to_float(qh[d]) * a.scale;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t p = 0; p < n; ++p) {
-      const T* kr = row(kc, kn, p);
-      float dot = 0.f;
-      for (int64_t d = 0; d < D; ++d) dot += q[d] * to_float(kr[d]);
-      s[p] = dot;
-      mx = std::fmax(mx, dot);
-    }
-    float sum = 0.f;
-    std::fill(o.begin(), o.end(), 0.f);
-    for (int64_t p = 0; p < n; ++p) {
-      const float e = std::exp(s[p] - mx);
-      sum += e;
-      const T* vr = row(vc, vn, p);
-      for (int64_t d = 0; d < D; ++d) o[d] += e * to_float(vr[d]);
-    }
-    for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(sum > 0.f ? o[d] / sum : 0.f);
+  T* out = static_cast<T*>(a.out) + (b * a.q_heads + kvh * G) * D;
+  if (!valid) {
+    for (int64_t i = 0; i < G * D; ++i) out[i] = from_float<T>(std::numeric_limits<float>::quiet_NaN());
+    return;
   }
-  if (a.has_new && valid) {
+  auto row = [&](const T* cache, const T* fresh, int64_t pos) { return pos == length ? fresh : cache + pos * a.pos_stride; };
+  w.q.resize(G * D);
+  w.row.resize(D);
+  w.s.resize(G * n);
+  w.o.assign(G * D, 0.f);
+  float* q = w.q.data();
+  float* r = w.row.data();
+  float* s = w.s.data();
+  float* o = w.o.data();
+  row_to_float(static_cast<const T*>(a.q) + (b * a.q_heads + kvh * G) * D, q, G * D);
+  for (int64_t i = 0; i < G * D; ++i) q[i] *= a.scale;
+  for (int64_t p = 0; p < n; ++p) {
+    row_to_float(row(kc, kn, p), r, D);
+    for (int64_t j = 0; j < G; ++j) s[j * n + p] = dot8(q + j * D, r, D);
+  }
+  w.sum.resize(G);
+  float* sum = w.sum.data();
+  for (int64_t j = 0; j < G; ++j) {
+    float* sj = s + j * n;
+    const float mx = lane_max(n, [&](int64_t c) { return sj[c]; });
+    for (int64_t p = 0; p < n; ++p) sj[p] = exp_vec(sj[p] - mx);
+    sum[j] = static_cast<float>(block_sum(n, [&](int64_t c) { return sj[c]; }));
+  }
+  for (int64_t p = 0; p < n; ++p) {
+    row_to_float(row(vc, vn, p), r, D);
+    for (int64_t j = 0; j < G; ++j) {
+      const float e = s[j * n + p];
+      float* oj = o + j * D;
+      for (int64_t d = 0; d < D; ++d) oj[d] += e * r[d];
+    }
+  }
+  for (int64_t j = 0; j < G; ++j) {
+    for (int64_t d = 0; d < D; ++d) out[j * D + d] = from_float<T>(sum[j] > 0.f ? o[j * D + d] / sum[j] : 0.f);
+  }
+  if (a.has_new) {
     const int64_t dst = off + length * a.pos_stride;
     std::memcpy(static_cast<T*>(a.k_out) + dst, kn, D * sizeof(T));
     std::memcpy(static_cast<T*>(a.v_out) + dst, vn, D * sizeof(T));
@@ -71,7 +104,8 @@ ffi::Error run(ffi::ThreadPool& pool, const DecodeArgs& a) {
     using T = typename decltype(tag)::type;
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, a.max_len * a.head_dim));
     parallel_chunks(pool, a.batch * a.kv_heads, grain, [&](int64_t, int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) attend<T>(a, i / a.kv_heads, i % a.kv_heads);
+      Scratch w;
+      for (int64_t i = begin; i < end; ++i) attend<T>(a, i / a.kv_heads, i % a.kv_heads, w);
     });
     return ffi::Error::Success();
   });
