@@ -39,8 +39,8 @@ from jaxnorm._ops import decode_append_p, decode_p
 
 HEAD_DIMS = (64, 128, 256)
 LAYOUTS = ("BHLD", "BLHD")
-# Enough CTAs to keep every SM of an H100 busy with loads in flight (8 per SM on 132 SMs); more
-# splits only add merging work.
+# CTAs to aim for: about 2.7 waves of the CUDA kernel's 3 resident CTAs per SM on a 132-SM H100
+# (untuned: benchmarks/results/h100-decode.md); more splits add merging work.
 _TARGET_CTAS = 1056
 _MIN_SPLIT = 256  # positions: a shorter split spends as long merging as reading
 _MAX_SPLITS = 64
