@@ -40,12 +40,12 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import batching
 
+from jaxnorm import _checks
 from jaxnorm._ops import embed_bwd_p, embed_fwd_p
 from jaxnorm._primitive import NOT_MAPPED, empty_placeholder, map_batching
 from jaxnorm._vma import vary_together
 from jaxnorm.reference import sine_inv_timescales
 
-_FLOATS = (np.dtype(np.float32), np.dtype(jnp.bfloat16), np.dtype(np.float16))
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -66,14 +66,14 @@ def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
       ``[..., d]`` in the table's dtype. See the module docstring for the encoding's convention.
     """
     fn = "embed_with_position"
-    ids = _array(ids, fn, "ids")
+    ids = _checks.as_array(ids, fn, "ids")
     if not jnp.issubdtype(ids.dtype, jnp.integer):
         raise TypeError(f"{fn}: `ids` must be an integer array, got {np.dtype(ids.dtype)} with shape "
                         f"{tuple(ids.shape)}")
-    table = _array(table, fn, "table")
+    table = _checks.as_array(table, fn, "table")
     if table.ndim != 2:
         raise ValueError(f"{fn}: `table` must have shape [vocab, d], got {tuple(table.shape)}")
-    if np.dtype(table.dtype) not in _FLOATS:
+    if np.dtype(table.dtype) not in _checks.SUPPORTED:
         raise TypeError(f"{fn}: `table` must be float32, bfloat16 or float16, got {np.dtype(table.dtype)}")
     vocab, d = table.shape
     if d % 2:
@@ -85,7 +85,7 @@ def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
     position = _position(position, ids.shape, fn)
     max_pos = 0
     if pos_table is not None:
-        pos_table = _array(pos_table, fn, "pos_table")
+        pos_table = _checks.as_array(pos_table, fn, "pos_table")
         if pos_table.ndim != 2 or pos_table.shape[1] != d or pos_table.shape[0] == 0:
             raise ValueError(f"{fn}: `pos_table` must have shape [max_pos >= 1, d] = [max_pos, {d}], got "
                              f"{tuple(pos_table.shape)}")
@@ -173,15 +173,6 @@ batching.primitive_batchers[embed_bwd_p] = _bwd_batching
 # ---- argument checks ----
 
 
-def _array(x, fn, name):
-    if x is None or isinstance(x, (str, bytes)):
-        raise TypeError(f"{fn}: `{name}` must be an array, got {type(x).__name__}")
-    try:
-        return x if hasattr(x, "dtype") and hasattr(x, "shape") else jnp.asarray(x)
-    except Exception as e:
-        raise TypeError(f"{fn}: `{name}` must be an array, got {type(x).__name__}") from e
-
-
 def _scale(scale, d, fn) -> float:
     if scale is None:
         return math.sqrt(d)
@@ -200,7 +191,7 @@ def _position(position, shape, fn):
         if not _INT32_MIN <= int(position) <= _INT32_MAX:
             raise ValueError(f"{fn}: `position` {int(position)} is outside the int32 range")
         return jnp.asarray(int(position), jnp.int32)
-    position = _array(position, fn, "position")
+    position = _checks.as_array(position, fn, "position")
     if not jnp.issubdtype(position.dtype, jnp.integer):
         raise TypeError(f"{fn}: `position` must be an int or an integer array, got {np.dtype(position.dtype)} "
                         f"with shape {tuple(position.shape)}")
