@@ -43,7 +43,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 from jax.core import ShapedArray
 
 from jaxnorm import _ffi
@@ -153,17 +153,17 @@ def map_batching(args, dims, *, prim: Primitive, **params):
     return list(outs), [0] * len(outs)
 
 
-def _batching(args, dims, *, op: FfiOp, prim: Primitive, **params):
+def _batching(args, dims, *, specs: tuple[str, ...], prim: Primitive, **params):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
     shared_batched = any(
-        not _folds(spec) and d is not NOT_MAPPED for spec, d in zip(op.operands, dims)
+        not _folds(spec) and d is not NOT_MAPPED for spec, d in zip(specs, dims)
     )
     if shared_batched:
         # Per-example shared operands (scale/bias) cannot share one launch: map over the batch.
         return map_batching(args, dims, prim=prim, **params)
 
     folded = []
-    for a, d, spec in zip(args, dims, op.operands):
+    for a, d, spec in zip(args, dims, specs):
         absent = spec.endswith("?") and d is NOT_MAPPED and a.shape == (0,)
         folded.append(_fold(a, d, size) if _folds(spec) and not absent else a)
     new_params = dict(params)
@@ -181,7 +181,35 @@ def make_primitive(op: FfiOp) -> Primitive:
     prim.def_abstract_eval(lambda *avals, **params: _result_avals(op, avals, params))
     for platform in ("cpu", "cuda"):
         mlir.register_lowering(prim, partial(_lowering, op=op, platform=platform), platform=platform)
-    batching.primitive_batchers[prim] = partial(_batching, op=op, prim=prim)
+    batching.primitive_batchers[prim] = partial(_batching, specs=op.operands, prim=prim)
+    return prim
+
+
+def formula_primitive(name: str, formula: Callable, specs: tuple[str, ...]) -> Primitive:
+    """A primitive computed by a jax.numpy `formula(*operands, **params) -> list of arrays`.
+
+    For the tangent maps of the kernels (jax.jvp evaluates them with jnp; the op's module gives
+    the primitive a transpose rule that calls its backward kernel, so reverse mode runs the
+    kernel). Being a primitive keeps it whole through linearization, so the transpose rule sees
+    it; its own derivatives (second order) are jax.jvp of the formula, and vmap folds batch axes
+    into rows per the operand `specs` as for FfiOp, re-binding the primitive.
+    """
+    prim = Primitive(name)
+    prim.multiple_results = True
+    prim.def_impl(lambda *args, **params: formula(*args, **params))
+
+    def abstract(*avals, **params):
+        outs = jax.eval_shape(partial(formula, **params), *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals))
+        return [result_aval(avals, o.shape, o.dtype) for o in outs]
+
+    def jvp(primals, tangents, **params):
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        return jax.jvp(partial(formula, **params), tuple(primals), tuple(tangents))
+
+    prim.def_abstract_eval(abstract)
+    mlir.register_lowering(prim, mlir.lower_fun(formula, multiple_results=True))
+    ad.primitive_jvps[prim] = jvp
+    batching.primitive_batchers[prim] = partial(_batching, specs=specs, prim=prim)
     return prim
 
 

@@ -2,8 +2,8 @@
 
 Inside `jax.shard_map`, every value's type says over which manual mesh axes it varies. jnp's
 binary ops cast an invariant operand (a replicated scale) to varying implicitly, and the cast's
-transpose sums its gradient over those axes. jaxnorm does the same explicitly before its
-custom_vjp functions (`vary_together`), and its primitives give their results the operands'
+transpose sums its gradient over those axes. jaxnorm does the same explicitly before binding its
+primitives (`vary_together`), and its primitives give their results the operands'
 varying axes (`result_aval`). JAX 0.10 keeps the axes in `aval.manual_axis_type.varying`; later
 versions in `aval.vma`.
 """

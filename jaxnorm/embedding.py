@@ -21,8 +21,9 @@ before the cast to int32.)
 table's dtype (float32, bfloat16 or float16). ``scale`` defaults to ``sqrt(d)`` (FasterTransformer's,
 and the Transformer's, convention).
 
-**Gradients.** With respect to ``table`` and ``pos_table`` (a ``custom_vjp``); ids and positions are
-integers. The table gradient is a scatter-add made reproducible: the flat ids are sorted stably
+**Gradients.** With respect to ``table`` and ``pos_table``, in reverse and forward mode (the
+forward kernel's JVP is the lookup of the tables' tangents, whose transpose is the kernel below);
+ids and positions are integers. The table gradient is a scatter-add made reproducible: the flat ids are sorted stably
 (XLA's sort is deterministic), then one kernel sums, for each run of equal ids, the rows of
 ``dout * scale`` in sorted order (float32, rounded once; zero rows for ids that do not occur). No
 float atomics: the same bits on every run. The ``pos_table`` gradient is the same kernel over the
@@ -32,17 +33,16 @@ positions.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy as np
 
 import jax
 import jax.numpy as jnp
-from jax.interpreters import batching
+from jax.interpreters import ad, batching
 
 from jaxnorm import _checks
 from jaxnorm._ops import embed_bwd_p, embed_fwd_p
-from jaxnorm._primitive import NOT_MAPPED, empty_placeholder, map_batching
+from jaxnorm._primitive import NOT_MAPPED, empty_placeholder, formula_primitive, map_batching
 from jaxnorm._vma import vary_together
 from jaxnorm.reference import sine_inv_timescales
 
@@ -105,25 +105,15 @@ def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
     return out.reshape(*ids.shape, d)
 
 
-# ---- the custom_vjp core: ids, positions (N) int32; static (scale, vocab, max_pos) ----
+# ---- the core: ids, positions (N) int32; static (scale, vocab, max_pos) ----
 
 
-def _bind_fwd(ids, pos, table, pt, scale, max_pos):
+def _embed(ids, pos, table, pt, static):
+    scale, _, max_pos = static
     d = table.shape[1]
     inv = empty_placeholder() if max_pos else jnp.asarray(sine_inv_timescales(d))
     (out,) = embed_fwd_p.bind(ids, pos, table, pt, inv, scale=scale, has_pos_table=bool(max_pos))
     return out
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _embed(ids, pos, table, pt, static):
-    scale, _, max_pos = static
-    return _bind_fwd(ids, pos, table, pt, scale, max_pos)
-
-
-def _embed_fwd(ids, pos, table, pt, static):
-    scale, _, max_pos = static
-    return _bind_fwd(ids, pos, table, pt, scale, max_pos), (ids, pos)
 
 
 def segment_sum_rows(dout, index, rows: int, scale: float):
@@ -136,18 +126,61 @@ def segment_sum_rows(dout, index, rows: int, scale: float):
     return g
 
 
-def _embed_bwd(static, res, dout):
-    scale, vocab, max_pos = static
-    ids, pos = res
-    dtable = segment_sum_rows(dout, jnp.clip(ids, 0, vocab - 1), vocab, scale)
-    if max_pos:
-        dpt = segment_sum_rows(dout, jnp.clip(pos, 0, max_pos - 1), max_pos, 1.0)
-    else:
-        dpt = jnp.zeros((0,), dout.dtype)
-    return None, None, dtable, dpt
+# ---- derivatives ----
+# As for the norms (jaxnorm/norm.py): the forward kernel's JVP is embed_tangent_p, the lookup of
+# the tables' tangents (linear in them), whose transpose is the sorted segment sum above, so
+# reverse mode never scatters with atomics.
 
 
-_embed.defvjp(_embed_fwd, _embed_bwd)
+def _tangent_formula(ids, pos, dtable, dpt, *, scale, has_pos_table):
+    rows = jnp.take(dtable, jnp.clip(ids, 0, dtable.shape[0] - 1), axis=0).astype(jnp.float32) * scale
+    if has_pos_table:
+        rows = rows + jnp.take(dpt, jnp.clip(pos, 0, dpt.shape[0] - 1), axis=0).astype(jnp.float32)
+    return [rows.astype(dtable.dtype)]
+
+
+embed_tangent_p = formula_primitive("jaxnorm_embed_tangent", _tangent_formula, ("R", "R", "V,D", "P,D?"))
+
+
+def _tangent_transpose(cts, ids, pos, dtable, dpt, *, scale, has_pos_table):
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None] * 4
+    vocab = dtable.aval.shape[0]
+    gt = segment_sum_rows(ct, jnp.clip(ids, 0, vocab - 1), vocab, scale) if ad.is_undefined_primal(dtable) else None
+    gp = None
+    if has_pos_table and ad.is_undefined_primal(dpt):
+        max_pos = dpt.aval.shape[0]
+        gp = segment_sum_rows(ct.astype(dpt.aval.dtype), jnp.clip(pos, 0, max_pos - 1), max_pos, 1.0)
+    return [None, None, gt, gp]
+
+
+def _fwd_jvp(primals, tangents, *, scale, has_pos_table):
+    ids, pos, table, pt, inv = primals
+    (out,) = embed_fwd_p.bind(*primals, scale=scale, has_pos_table=has_pos_table)
+    dtable, dpt = (ad.instantiate_zeros(t) for t in tangents[2:4])
+    return (out,), embed_tangent_p.bind(ids, pos, dtable, dpt, scale=scale, has_pos_table=has_pos_table)
+
+
+def _bwd_jvp(primals, tangents, **params):
+    dout, order, sorted_index = primals
+    out = embed_bwd_p.bind(*primals, **params)
+    return out, embed_bwd_p.bind(ad.instantiate_zeros(tangents[0]), order, sorted_index, **params)
+
+
+def _bwd_transpose(cts, dout, order, sorted_index, *, rows, scale):
+    """The segment sum's transpose: token t = order[i] gets row sorted_index[i] of the cotangent."""
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None] * 3
+    picked = jnp.take(ct, sorted_index, axis=0).astype(jnp.float32) * scale
+    return [jnp.zeros(dout.aval.shape, jnp.float32).at[order].set(picked).astype(dout.aval.dtype), None, None]
+
+
+ad.primitive_jvps[embed_fwd_p] = _fwd_jvp
+ad.primitive_transposes[embed_tangent_p] = _tangent_transpose
+ad.primitive_jvps[embed_bwd_p] = _bwd_jvp
+ad.primitive_transposes[embed_bwd_p] = _bwd_transpose
 
 
 def _bwd_batching(args, dims, *, rows, scale):

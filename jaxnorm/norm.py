@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 import jax
+import jax.numpy as jnp
+from jax.interpreters import ad
 
 from jaxnorm import _checks
 from jaxnorm._ops import norm_bwd_p, norm_fwd_p
-from jaxnorm._primitive import empty_placeholder
+from jaxnorm._primitive import empty_placeholder, formula_primitive
 from jaxnorm._vma import vary_together
 
 
@@ -36,8 +40,9 @@ def layer_norm(x, scale=None, bias=None, *, axis=-1, epsilon=1e-6, memory_effici
         the rounding of ``y`` in ``x``'s dtype, amplified where ``|scale|`` is small.
 
     Returns:
-      An array like ``x``. Differentiable in ``x``, ``scale`` and ``bias`` (reverse mode; the
-      scale/bias gradients are reduced in a fixed order, bitwise reproducible); ``jit`` and
+      An array like ``x``. Differentiable in ``x``, ``scale`` and ``bias`` in reverse mode (the
+      backward kernel; the scale/bias gradients are reduced in a fixed order, bitwise
+      reproducible) and in forward mode (``jax.jvp``, ``jacfwd``, ``hessian``); ``jit`` and
       ``vmap`` compose with it.
     """
     return _normalize(x, scale, bias, axis, epsilon, memory_efficient, centered=True, fn="layer_norm")
@@ -90,43 +95,118 @@ def _or_empty(p):
     return empty_placeholder() if p is None else p
 
 
-def _bind_fwd(x, scale, bias, eps, centered):
-    return norm_fwd_p.bind(
-        x, _or_empty(scale), _or_empty(bias),
-        epsilon=eps, centered=centered, has_scale=scale is not None, has_bias=bias is not None,
-    )
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _norm(x, scale, bias, eps, centered, memory_efficient):
-    return _bind_fwd(x, scale, bias, eps, centered)[0]
-
-
-def _norm_fwd(x, scale, bias, eps, centered, memory_efficient):
-    y, mean, rstd = _bind_fwd(x, scale, bias, eps, centered)
-    return y, residuals(x, y, mean, rstd, scale, bias, centered, memory_efficient)
-
-
-def residuals(x, y, mean, rstd, scale, bias, centered, memory_efficient):
-    """What the backward keeps alive: the input, or in memory-efficient mode the output."""
-    return {
-        "input": y if memory_efficient else x,
-        "mean": mean if centered and not memory_efficient else None,
-        "rstd": rstd,
-        "scale": scale,
-        "bias": bias,  # (C,) float32; its values are read only in memory-efficient mode
-    }
-
-
-def _norm_bwd(eps, centered, memory_efficient, res, dy):
-    rstd, scale, bias = res["rstd"], res["scale"], res["bias"]
-    mean = res["mean"] if res["mean"] is not None else rstd  # unread placeholder
-    dx, dscale, dbias = norm_bwd_p.bind(
-        res["input"], dy.astype(res["input"].dtype), mean, rstd, _or_empty(scale), _or_empty(bias),
-        groups=1, epsilon=eps, centered=centered, has_scale=scale is not None,
+    (y, _, _) = norm_fwd_p.bind(
+        x, _or_empty(scale), _or_empty(bias), epsilon=eps, centered=centered, has_scale=scale is not None,
         has_bias=bias is not None, memory_efficient=memory_efficient,
     )
-    return dx, None if scale is None else dscale[0], None if bias is None else dbias[0]
+    return y
 
 
-_norm.defvjp(_norm_fwd, _norm_bwd)
+# ---- derivatives ----
+# The forward kernel's JVP gives y's tangent as norm_tangent_p, a linear map of (dx, dscale,
+# dbias) whose transpose is the backward kernel: reverse mode (linearize, then transpose) runs
+# the backward kernel on what norm_tangent_p keeps (x, or y in memory-efficient mode, and the
+# row statistics), and forward mode evaluates the map with jnp. Second derivatives differentiate
+# the jnp forms of the map and of the backward.
+
+
+def _f32(a):
+    return a.astype(jnp.promote_types(a.dtype, jnp.float32))
+
+
+def _xhat(xin, mean, rstd, scale, bias, *, epsilon, centered, memory_efficient, has_scale, has_bias):
+    """x_hat as the backward kernel recovers it (common/norm_math.h: norm_xhat)."""
+    xin = _f32(xin)
+    if memory_efficient:
+        gamma = _f32(scale) if has_scale else 1.0
+        beta = _f32(bias) if has_bias else 0.0
+        if has_scale:
+            gamma = jnp.copysign(jnp.maximum(jnp.abs(gamma), epsilon), gamma)
+        return (xin - beta) / gamma
+    return ((xin - mean[:, None]) if centered else xin) * rstd[:, None]
+
+
+def _dxhat(xhat, rstd, g, centered):
+    """The gradient through x_hat = (x - mean) * rstd (common/norm_math.h: norm_dx)."""
+    c2 = jnp.mean(g * xhat, axis=1, keepdims=True)
+    c1 = jnp.mean(g, axis=1, keepdims=True) if centered else 0.0
+    return rstd[:, None] * (g - c1 - xhat * c2)
+
+
+def _tangent_formula(xin, mean, rstd, scale, bias, dx, dscale, dbias, *, out_dtype, **flags):
+    xhat = _xhat(xin, mean, rstd, scale, bias, **flags)
+    gamma = _f32(scale) if flags["has_scale"] else 1.0
+    # The map is self-adjoint in x_hat: dy = gamma * (J dx) with J = d x_hat / d x symmetric.
+    dy = gamma * _dxhat(xhat, rstd, _f32(dx), flags["centered"])
+    if flags["has_scale"]:
+        dy = dy + xhat * _f32(dscale)
+    if flags["has_bias"]:
+        dy = dy + _f32(dbias)
+    return [dy.astype(out_dtype)]
+
+
+def _bwd_formula(xin, dy, mean, rstd, scale, bias, *, groups, epsilon, centered, has_scale, has_bias,
+                 memory_efficient):
+    flags = dict(epsilon=epsilon, centered=centered, memory_efficient=memory_efficient, has_scale=has_scale,
+                 has_bias=has_bias)
+    xhat = _xhat(xin, mean, rstd, scale, bias, **flags)
+    dyf = _f32(dy)
+    gamma = _f32(scale) if has_scale else 1.0
+    dx = _dxhat(xhat, rstd, dyf * gamma, centered).astype(xin.dtype)
+    rows, cols = dyf.shape
+    per_group = lambda a: a.reshape(groups, rows // groups if groups else 0, cols).sum(axis=1)
+    return [dx, per_group(dyf * xhat), per_group(dyf)]
+
+
+norm_tangent_p = formula_primitive(
+    "jaxnorm_norm_tangent", _tangent_formula, ("R,C", "R?", "R", "C?", "C?", "R,C", "C?", "C?"))
+
+
+def _tangent_transpose(cts, xin, mean, rstd, scale, bias, dx, dscale, dbias, *, out_dtype, epsilon, centered,
+                       memory_efficient, has_scale, has_bias):
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        ct = jnp.zeros(ct.aval.shape, ct.aval.dtype)
+    mean = rstd if mean.shape == (0,) else mean  # absent: the kernel does not read it
+    gx, gscale, gbias = norm_bwd_p.bind(
+        xin, ct.astype(xin.dtype), mean, rstd, scale, bias, groups=1, epsilon=epsilon, centered=centered,
+        has_scale=has_scale, has_bias=has_bias, memory_efficient=memory_efficient)
+    out = [None] * 5
+    out.append(gx.astype(dx.aval.dtype) if ad.is_undefined_primal(dx) else None)
+    out.append(gscale[0].astype(dscale.aval.dtype) if ad.is_undefined_primal(dscale) and has_scale else None)
+    out.append(gbias[0].astype(dbias.aval.dtype) if ad.is_undefined_primal(dbias) and has_bias else None)
+    return out
+
+
+def _fwd_jvp(primals, tangents, *, epsilon, centered, has_scale, has_bias, memory_efficient):
+    x, scale, bias = primals
+    y, mean, rstd = norm_fwd_p.bind(x, scale, bias, epsilon=epsilon, centered=centered, has_scale=has_scale,
+                                    has_bias=has_bias, memory_efficient=memory_efficient)
+    dx, dscale, dbias = (ad.instantiate_zeros(t) for t in tangents)
+    flags = dict(epsilon=epsilon, centered=centered, memory_efficient=memory_efficient, has_scale=has_scale,
+                 has_bias=has_bias)
+    # What reverse mode keeps: x, or y in memory-efficient mode; the mean only where x_hat needs it.
+    kept_mean = mean if centered and not memory_efficient else empty_placeholder()
+    (dy,) = norm_tangent_p.bind(y if memory_efficient else x, kept_mean, rstd, scale, bias, dx, dscale, dbias,
+                                out_dtype=np.dtype(x.dtype), **flags)
+    # The statistics' tangents (read only by second derivatives: the backward's inputs).
+    xf, dxf = _f32(x), _f32(dx)
+    if centered:
+        dmean = jnp.mean(dxf, axis=1)
+        drstd = -rstd**3 * jnp.mean((xf - mean[:, None]) * dxf, axis=1)
+    else:
+        dmean = jnp.zeros_like(mean)
+        drstd = -rstd**3 * jnp.mean(xf * dxf, axis=1)
+    return (y, mean, rstd), (dy, dmean.astype(mean.dtype), drstd.astype(rstd.dtype))
+
+
+def _bwd_jvp(primals, tangents, **params):
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    _, touts = jax.jvp(partial(_bwd_formula, **params), tuple(primals), tuple(tangents))
+    return norm_bwd_p.bind(*primals, **params), touts
+
+
+ad.primitive_jvps[norm_fwd_p] = _fwd_jvp
+ad.primitive_transposes[norm_tangent_p] = _tangent_transpose
+ad.primitive_jvps[norm_bwd_p] = _bwd_jvp

@@ -8,10 +8,11 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from jaxnorm import _checks
 from jaxnorm._ops import softmax_bwd_p, softmax_fwd_p
-from jaxnorm._primitive import empty_placeholder
+from jaxnorm._primitive import empty_placeholder, formula_primitive
 from jaxnorm._vma import vary_together
 
 
@@ -75,20 +76,63 @@ def _mask_operand(mask):
     return empty_placeholder(jnp.bool_) if mask is None else mask
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _softmax_core(x, mask, log):
     return softmax_fwd_p.bind(x, _mask_operand(mask), log=log, has_mask=mask is not None)[0]
 
 
-def _softmax_core_fwd(x, mask, log):
-    y = _softmax_core(x, mask, log)
-    return y, (y, mask)
+# ---- derivatives ----
+# As for the norms (jaxnorm/norm.py): the forward kernel's JVP is softmax_tangent_p, linear in
+# dx, whose transpose is the backward kernel; it keeps only the output y (and the mask).
 
 
-def _softmax_core_bwd(log, res, dy):
-    y, mask = res
-    (dx,) = softmax_bwd_p.bind(y, dy.astype(y.dtype), _mask_operand(mask), log=log, has_mask=mask is not None)
-    return dx, None
+def _bwd_formula(y, dy, mask, *, log, has_mask):
+    """The backward kernel's map (a symmetric Jacobian for softmax; for log-softmax the transpose
+    of the tangent map below)."""
+    yf, dyf = y.astype(jnp.float32), dy.astype(jnp.float32)
+    if log:
+        dyf = jnp.where(mask, dyf, 0.0) if has_mask else dyf
+        dx = dyf - jnp.exp(yf) * jnp.sum(dyf, axis=1, keepdims=True)
+    else:
+        dx = yf * (dyf - jnp.sum(dyf * yf, axis=1, keepdims=True))
+    dx = jnp.where(mask, dx, 0.0) if has_mask else dx
+    return [dx.astype(y.dtype)]
 
 
-_softmax_core.defvjp(_softmax_core_fwd, _softmax_core_bwd)
+def _tangent_formula(y, mask, dx, *, log, has_mask):
+    yf, dxf = y.astype(jnp.float32), dx.astype(jnp.float32)
+    dxf = jnp.where(mask, dxf, 0.0) if has_mask else dxf
+    if log:
+        dy = dxf - jnp.sum(jnp.exp(yf) * dxf, axis=1, keepdims=True)
+    else:
+        dy = yf * (dxf - jnp.sum(dxf * yf, axis=1, keepdims=True))
+    dy = jnp.where(mask, dy, 0.0) if has_mask else dy
+    return [dy.astype(y.dtype)]
+
+
+softmax_tangent_p = formula_primitive("jaxnorm_softmax_tangent", _tangent_formula, ("R,C", "R,C?", "R,C"))
+
+
+def _tangent_transpose(cts, y, mask, dx, *, log, has_mask):
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None, None]
+    (gx,) = softmax_bwd_p.bind(y, ct.astype(y.dtype), mask, log=log, has_mask=has_mask)
+    return [None, None, gx.astype(dx.aval.dtype)]
+
+
+def _fwd_jvp(primals, tangents, *, log, has_mask):
+    x, mask = primals
+    (y,) = softmax_fwd_p.bind(x, mask, log=log, has_mask=has_mask)
+    (dy,) = softmax_tangent_p.bind(y, mask, ad.instantiate_zeros(tangents[0]), log=log, has_mask=has_mask)
+    return (y,), (dy,)
+
+
+def _bwd_jvp(primals, tangents, **params):
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    _, touts = jax.jvp(partial(_bwd_formula, **params), tuple(primals), tuple(tangents))
+    return softmax_bwd_p.bind(*primals, **params), touts
+
+
+ad.primitive_jvps[softmax_fwd_p] = _fwd_jvp
+ad.primitive_transposes[softmax_tangent_p] = _tangent_transpose
+ad.primitive_jvps[softmax_bwd_p] = _bwd_jvp
