@@ -36,6 +36,7 @@ NORM_FWD = FfiOp(
     operands=("R,C", "C?", "C?"),
     results=(("R,C", "x"), ("R", F32), ("R", F32)),
     attrs=("epsilon", "centered", "has_scale", "has_bias"),
+    row_sharded=True,
 )
 NORM_BWD = FfiOp(
     name="jaxnorm_norm_bwd",
@@ -43,18 +44,21 @@ NORM_BWD = FfiOp(
     results=(("R,C", "x"), ("G,C", F32), ("G,C", F32)),
     attrs=("epsilon", "centered", "has_scale", "has_bias", "memory_efficient"),
     workspace=_norm_bwd_workspace,
+    row_sharded=True,
 )
 SOFTMAX_FWD = FfiOp(
     name="jaxnorm_softmax_fwd",
     operands=("R,C", "R,C?"),
     results=(("R,C", "x"),),
     attrs=("log", "has_mask"),
+    row_sharded=True,
 )
 SOFTMAX_BWD = FfiOp(
     name="jaxnorm_softmax_bwd",
     operands=("R,C", "R,C", "R,C?"),
     results=(("R,C", "x"),),
     attrs=("log", "has_mask"),
+    row_sharded=True,
 )
 
 # Sampling: keys and the per-row parameters are grouped ("N"): one entry for all rows, one per
@@ -76,6 +80,7 @@ TOP_K = FfiOp(
     operands=("R,C",),
     results=(("R,k", np.int32),),
     attrs=("k",),
+    row_sharded=True,
 )
 
 # Padding removal: index maps from the lengths, then copies between the padded layout
@@ -141,6 +146,7 @@ EMBED_FWD = FfiOp(
     operands=("R", "R", "V,D", "P,D?", "H?"),  # ids, positions, table, pos_table, inv_timescales (f32)
     results=(("R,D", 2),),
     attrs=("scale", "has_pos_table"),
+    row_sharded=True,
 )
 EMBED_BWD = FfiOp(
     name="jaxnorm_embed_bwd",

@@ -46,7 +46,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.core import ShapedArray
 
-from jaxnorm import _ffi
+from jaxnorm import _ffi, _partition
 from jaxnorm._vma import result_aval
 
 NOT_MAPPED = None  # how batching rules mark an operand without a batch axis
@@ -63,6 +63,8 @@ class FfiOp:
     # (operand, result) pairs that share one buffer: the handler updates the operand in place
     # (XLA copies it first only when the operand is still needed elsewhere).
     aliases: tuple[tuple[int, int], ...] = ()
+    # Under jit with sharded rows, each device runs the kernel on its rows (jaxnorm._partition).
+    row_sharded: bool = False
 
 
 def _symbols(spec: str) -> list[str]:
@@ -179,8 +181,16 @@ def make_primitive(op: FfiOp) -> Primitive:
     prim.multiple_results = True
     prim.def_impl(partial(jax._src.dispatch.apply_primitive, prim))
     prim.def_abstract_eval(lambda *avals, **params: _result_avals(op, avals, params))
+    direct = prim
+    if op.row_sharded:
+        # The primitive lowers through custom_partitioning, which binds this twin on each device.
+        direct = Primitive(op.name + "_local")
+        direct.multiple_results = True
+        direct.def_abstract_eval(lambda *avals, **params: _result_avals(op, avals, params))
+        mlir.register_lowering(prim, partial(_partition.row_sharded_lowering, op=op, raw=direct))
+        _partition.needs_devices(prim)
     for platform in ("cpu", "cuda"):
-        mlir.register_lowering(prim, partial(_lowering, op=op, platform=platform), platform=platform)
+        mlir.register_lowering(direct, partial(_lowering, op=op, platform=platform), platform=platform)
     batching.primitive_batchers[prim] = partial(_batching, specs=op.operands, prim=prim)
     return prim
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import numpy as np
@@ -79,3 +81,69 @@ def test_jit_and_shard_map_on_four_host_devices():
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0 and "sharding ok" in out.stdout, out.stdout[-2000:] + out.stderr[-4000:]
+
+
+JIT_SCRIPT = textwrap.dedent(
+    """
+    import re, sys
+    import numpy as np
+    import jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import jaxnorm
+    from jaxnorm import reference
+
+    jax.config.update("jax_use_shardy_partitioner", sys.argv[1] == "shardy")
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("b", "s"))
+    rng = np.random.default_rng()
+    rows = NamedSharding(mesh, P(("b", "s")))  # the leading axis over all 4 devices
+    x = jax.device_put(jnp.asarray(rng.normal(size=(8, 6, 96)), jnp.float32), rows)
+    s = jnp.asarray(rng.uniform(0.5, 1.5, size=96), jnp.float32)
+    b = jnp.asarray(rng.normal(size=96), jnp.float32)
+    ids = jax.device_put(jnp.asarray(rng.integers(0, 50, size=(8, 6)), jnp.int32), rows)
+    table = jnp.asarray(rng.normal(size=(50, 32)), jnp.float32)
+    loss = lambda g: (lambda x, *p: jnp.sum(jnp.sin(g(x, *p))))
+
+    def check(what, f, ref, *args, reduce_ok=()):
+        compiled = jax.jit(f).lower(*args).compile().as_text()
+        assert "all-gather" not in compiled and "all-to-all" not in compiled, (what, "gathers")
+        # The only all-reduces allowed: the [C]-sized scale/bias gradient sums.
+        for line in compiled.splitlines():
+            if " all-reduce(" in line or "all-reduce-start(" in line:
+                assert any(shape in line.split("=")[1].split("all-reduce")[0] for shape in reduce_ok), (what, line)
+        got, want = jax.jit(f)(*args), ref(*args)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            err = np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max()
+            assert err < 1e-5 * max(1.0, np.abs(np.asarray(w)).max()), (what, err)
+        first = jax.tree.leaves(got)[0]
+        assert first.sharding.spec[0] == ("b", "s"), (what, first.sharding)
+
+    cases = [
+        (jaxnorm.layer_norm, reference.layer_norm, (s, b)),
+        (jaxnorm.rms_norm, reference.rms_norm, (s,)),
+        (jaxnorm.softmax, reference.softmax, ()),
+        (jaxnorm.log_softmax, reference.log_softmax, ()),
+    ]
+    for op, ref, params in cases:
+        check(op.__name__, op, ref, x, *params)
+        argnums = tuple(range(1 + len(params)))
+        check(op.__name__ + " grad", jax.grad(loss(op), argnums), jax.grad(loss(ref), argnums), x, *params,
+              reduce_ok=("f32[96]", "f32[1,96]"))
+    me = lambda x, s, b: jaxnorm.layer_norm(x, s, b, memory_efficient=True)
+    check("memory-efficient grad", jax.grad(loss(me), (0, 1, 2)), jax.grad(loss(reference.layer_norm), (0, 1, 2)),
+          x, s, b, reduce_ok=("f32[96]", "f32[1,96]"))
+    check("top_k", lambda x: jaxnorm.top_k(x, 5), lambda x: jax.lax.top_k(x, 5), x)
+    check("embed_with_position", lambda i: jaxnorm.embed_with_position(i, table, position=3),
+          lambda i: reference.embed_with_position(i, table, position=3), ids)
+    print("jit sharding ok")
+    """
+)
+
+
+@pytest.mark.parametrize("partitioner", ["shardy", "gspmd"])
+def test_jit_over_sharded_rows_runs_on_local_rows(partitioner):
+    """Under plain jit, rows sharded over 4 devices stay where they are: no all-gather, and the
+    norm backward's only collective is the all-reduce of the [C] scale/bias gradients."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    out = subprocess.run([sys.executable, "-c", JIT_SCRIPT, partitioner], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0 and "jit sharding ok" in out.stdout, out.stdout[-2000:] + out.stderr[-4000:]

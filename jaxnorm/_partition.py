@@ -1,0 +1,118 @@
+"""Row sharding under `jit`: the custom calls of row ops run on each device's rows, no gather.
+
+XLA's partitioner cannot see into a custom call, so without help it gathers every operand onto
+each device around it. An op declared `row_sharded` is lowered through
+`jax.experimental.custom_partitioning` instead: its rows ("R" operands and results) keep the
+sharding of the first operand's row axis, its shared operands (scale, bias, tables) and its other
+axes are replicated, and each device calls the kernel on its own rows. Per-column sums over the
+rows ("G" results: the norm backward's scale/bias gradients) are summed over the devices that
+split the rows (one all-reduce of [G, C] floats, never of x); vmap-folded groups (`groups` > 1)
+are not split across devices. A sharded non-row axis (the normalized axis) is gathered first,
+correct but not free. Both partitioners are served: Shardy through `sharding_rule`, GSPMD
+through `infer_sharding_from_operands`.
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.interpreters import mlir
+from jax.sharding import NamedSharding, PartitionSpec
+
+try:  # the partitioner needs the devices while lowering these primitives (as custom_partitioning's own)
+    from jax._src.dispatch import prim_requires_devices_during_lowering as _NEEDS_DEVICES
+except ImportError:  # pragma: no cover
+    _NEEDS_DEVICES = None
+
+
+def _symbols(spec: str) -> list[str]:
+    return spec.rstrip("?").split(",")
+
+
+def _sharding_rule(operands, results, avals_in) -> str:
+    """Shardy's einsum-like rule: one factor per named dimension, "r" for the rows; absent
+    optional operands (empty placeholders) and "*" dimensions get factors of their own."""
+    letters = iter(string.ascii_lowercase.replace("r", ""))
+    names = {"R": "r"}
+
+    def factor(sym):
+        if sym == "*" or sym not in names:
+            f = next(letters)
+            if sym != "*":
+                names[sym] = f
+            return f
+        return names[sym]
+
+    def side(specs, avals):
+        out = []
+        for spec, aval in zip(specs, avals):
+            if aval is not None and spec.endswith("?") and aval.shape == (0,):
+                out.append(next(letters))
+            else:
+                out.append(" ".join(factor(s) for s in _symbols(spec)))
+        return ", ".join(out)
+
+    return f"{side(operands, avals_in)} -> {side(results, [None] * len(results))}"
+
+
+def _row_axes(arg_shapes, params):
+    spec = arg_shapes[0].sharding.spec
+    rows = spec[0] if len(spec) else None
+    return None if params.get("groups", 1) != 1 else rows
+
+
+def _shardings(specs, shapes, mesh, rows, absent_ok):
+    out = []
+    for spec, shape in zip(specs, shapes):
+        is_rows = _symbols(spec)[0] == "R" and not (absent_ok and spec.endswith("?") and shape == (0,))
+        pspec = PartitionSpec(rows, *([None] * (len(shape) - 1))) if is_rows else PartitionSpec()
+        out.append(NamedSharding(mesh, pspec))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _partitioned(op, raw, static_params, avals_in):
+    params = dict(static_params)
+    result_specs = [spec for spec, _ in op.results]
+
+    def call(*args):
+        return tuple(raw.bind(*args, **params))
+
+    def result_shardings(mesh, arg_shapes, result_shape):
+        rows = _row_axes(arg_shapes, params)
+        shapes = [r.shape for r in jax.tree.leaves(result_shape)]
+        return rows, _shardings(result_specs, shapes, mesh, rows, absent_ok=False)
+
+    def infer(mesh, arg_shapes, result_shape):
+        return result_shardings(mesh, arg_shapes, result_shape)[1]
+
+    def partition(mesh, arg_shapes, result_shape):
+        rows, res = result_shardings(mesh, arg_shapes, result_shape)
+        args = _shardings(op.operands, [a.shape for a in arg_shapes], mesh, rows, absent_ok=True)
+
+        def lower(*args):
+            outs = raw.bind(*args, **params)
+            if rows is None:
+                return tuple(outs)
+            return tuple(jax.lax.psum(o, rows) if _symbols(s)[0] == "G" else o for s, o in zip(result_specs, outs))
+
+        return mesh, lower, res, args
+
+    fn = custom_partitioning(call)
+    fn.def_partition(partition, infer_sharding_from_operands=infer,
+                     sharding_rule=_sharding_rule(op.operands, result_specs, avals_in))
+    return fn
+
+
+def row_sharded_lowering(ctx, *args, op, raw, **params):
+    """Lowers `raw` (the op's direct custom call) through custom_partitioning."""
+    fn = _partitioned(op, raw, tuple(sorted(params.items())), tuple(ctx.avals_in))
+    return mlir.lower_fun(lambda *a: list(fn(*a)), multiple_results=True)(ctx, *args)
+
+
+def needs_devices(prim):
+    if _NEEDS_DEVICES is not None:
+        _NEEDS_DEVICES.add(prim)
