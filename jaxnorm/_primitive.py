@@ -195,6 +195,19 @@ def make_primitive(op: FfiOp) -> Primitive:
     return prim
 
 
+def define_jvp_by_formula(prim: Primitive, formula: Callable) -> None:
+    """Gives a kernel primitive the JVP of its jnp `formula` (same operands and params): the
+    kernel computes the primal, jax.jvp of the formula the tangents. For the backward kernels,
+    whose derivatives only second-order differentiation needs."""
+
+    def jvp(primals, tangents, **params):
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        _, touts = jax.jvp(partial(formula, **params), tuple(primals), tuple(tangents))
+        return prim.bind(*primals, **params), touts
+
+    ad.primitive_jvps[prim] = jvp
+
+
 def formula_primitive(name: str, formula: Callable, specs: tuple[str, ...]) -> Primitive:
     """A primitive computed by a jax.numpy `formula(*operands, **params) -> list of arrays`.
 

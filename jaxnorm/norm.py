@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 import jax
@@ -12,7 +10,7 @@ from jax.interpreters import ad
 
 from jaxnorm import _checks
 from jaxnorm._ops import norm_bwd_p, norm_fwd_p
-from jaxnorm._primitive import empty_placeholder, formula_primitive
+from jaxnorm._primitive import define_jvp_by_formula, empty_placeholder, formula_primitive
 from jaxnorm._vma import vary_together
 
 
@@ -201,12 +199,6 @@ def _fwd_jvp(primals, tangents, *, epsilon, centered, has_scale, has_bias, memor
     return (y, mean, rstd), (dy, dmean.astype(mean.dtype), drstd.astype(rstd.dtype))
 
 
-def _bwd_jvp(primals, tangents, **params):
-    tangents = [ad.instantiate_zeros(t) for t in tangents]
-    _, touts = jax.jvp(partial(_bwd_formula, **params), tuple(primals), tuple(tangents))
-    return norm_bwd_p.bind(*primals, **params), touts
-
-
 ad.primitive_jvps[norm_fwd_p] = _fwd_jvp
 ad.primitive_transposes[norm_tangent_p] = _tangent_transpose
-ad.primitive_jvps[norm_bwd_p] = _bwd_jvp
+define_jvp_by_formula(norm_bwd_p, _bwd_formula)

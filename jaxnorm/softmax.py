@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
-import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
 from jaxnorm import _checks
 from jaxnorm._ops import softmax_bwd_p, softmax_fwd_p
-from jaxnorm._primitive import empty_placeholder, formula_primitive
+from jaxnorm._primitive import define_jvp_by_formula, empty_placeholder, formula_primitive
 from jaxnorm._vma import vary_together
 
 
@@ -127,12 +124,6 @@ def _fwd_jvp(primals, tangents, *, log, has_mask):
     return (y,), (dy,)
 
 
-def _bwd_jvp(primals, tangents, **params):
-    tangents = [ad.instantiate_zeros(t) for t in tangents]
-    _, touts = jax.jvp(partial(_bwd_formula, **params), tuple(primals), tuple(tangents))
-    return softmax_bwd_p.bind(*primals, **params), touts
-
-
 ad.primitive_jvps[softmax_fwd_p] = _fwd_jvp
 ad.primitive_transposes[softmax_tangent_p] = _tangent_transpose
-ad.primitive_jvps[softmax_bwd_p] = _bwd_jvp
+define_jvp_by_formula(softmax_bwd_p, _bwd_formula)
