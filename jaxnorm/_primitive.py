@@ -65,6 +65,11 @@ class FfiOp:
     aliases: tuple[tuple[int, int], ...] = ()
 
 
+# Every FFI target jaxnorm lowers to, by name, in the order declared: filled by make_primitive so
+# that nothing else (the export checks, the environment report) keeps its own list.
+FFI_OPS: dict[str, FfiOp] = {}
+
+
 def _symbols(spec: str) -> list[str]:
     return spec.rstrip("?").split(",")
 
@@ -175,6 +180,9 @@ def _batching(args, dims, *, op: FfiOp, prim: Primitive, **params):
 
 
 def make_primitive(op: FfiOp) -> Primitive:
+    if op.name in FFI_OPS:
+        raise ValueError(f"FFI target {op.name} declared twice")
+    FFI_OPS[op.name] = op
     prim = Primitive(op.name)
     prim.multiple_results = True
     prim.def_impl(partial(jax._src.dispatch.apply_primitive, prim))
