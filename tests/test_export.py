@@ -58,6 +58,10 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def _needs_serialization():
+    pytest.importorskip("flatbuffers", reason="jax.export serializes with flatbuffers: pip install -e '.[test]'")
+
+
 def _layer_softmax(x, s, b):
     return jaxnorm.softmax(jaxnorm.layer_norm(x, s, b))
 
@@ -74,7 +78,7 @@ def _export(fn, args, **kw):
 def run(tmp_path_factory):
     """Exports the artifacts, runs them in a fresh process, returns (inputs, results by name, the
     error of the call made before importing jaxnorm)."""
-    pytest.importorskip("flatbuffers", reason="jax.export serializes with flatbuffers: pip install -e '.[test]'")
+    _needs_serialization()
     d = tmp_path_factory.mktemp("export")
     a = inputs(np.random.default_rng(0))  # any values: what is tested is that they survive the trip
     artifacts = {"program": (_export(program, (a,)), "call"),
@@ -144,3 +148,41 @@ def test_cuda_export_without_cuda_handlers_says_so(monkeypatch):
     with pytest.raises(RuntimeError, match="without its CUDA handlers"):
         _export(lambda x: jaxnorm.rms_norm(x), (x,), platforms=("cpu", "cuda"))
     assert _export(lambda x: jaxnorm.rms_norm(x), (x,), platforms=("cpu",)).platforms == ("cpu",)
+
+
+# Serving on several devices: the artifact records the shardings and runs on as many devices.
+SHARDED_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    import jax, jax.numpy as jnp
+    from jax import export
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import jaxnorm
+    from jaxnorm import reference
+
+    mesh = Mesh(np.array(jax.devices()), ("b",))
+    rows = NamedSharding(mesh, P("b"))
+    x = jax.device_put(np.random.default_rng(0).normal(size=(8, 16, 96)).astype(np.float32), rows)
+    s = jnp.linspace(0.5, 1.5, 96, dtype=jnp.float32)
+    loss = lambda x, s: jnp.sum(jnp.sin(jaxnorm.layer_norm(x, s)))
+    in_jit = lambda x, s: (jaxnorm.layer_norm(x, s), jax.grad(loss, (0, 1))(x, s))
+    in_shard_map = jax.shard_map(lambda x, s: jaxnorm.layer_norm(x, s), mesh=mesh, in_specs=(P("b"), P()), out_specs=P("b"))
+    ref_loss = lambda x, s: jnp.sum(jnp.sin(reference.layer_norm(x, s)))
+    want = (reference.layer_norm(x, s), jax.grad(ref_loss, (0, 1))(x, s))
+    for name, fn, expected in (("jit", in_jit, want), ("shard_map", in_shard_map, want[0])):
+        exp = export.export(jax.jit(fn, in_shardings=(rows, None)), disabled_checks=jaxnorm.export_checks())(x, s)
+        assert exp.nr_devices == 4, (name, exp.nr_devices)
+        out = export.deserialize(exp.serialize()).call(x, s)
+        for a, e in zip(jax.tree.leaves(out), jax.tree.leaves(expected)):
+            err = np.abs(np.asarray(a, np.float64) - np.asarray(e, np.float64)).max()
+            assert err < 1e-4, (name, err)
+    print("sharded export ok")
+    """
+)
+
+
+def test_sharded_export_on_four_host_devices():
+    _needs_serialization()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    out = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and "sharded export ok" in out.stdout, out.stdout[-2000:] + out.stderr[-4000:]
