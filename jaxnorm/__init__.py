@@ -3,6 +3,7 @@ padding removal for padding-free transformer layers, decode attention over a KV 
 CUDA kernels."""
 
 from jaxnorm import reference
+from jaxnorm._export import FFI_API_VERSION, export_checks
 from jaxnorm._ffi import cuda_built
 from jaxnorm.decode import decode_attention
 from jaxnorm.embedding import embed_with_position
@@ -19,5 +20,6 @@ __version__ = "0.1.0"
 __all__ = [
     "layer_norm", "rms_norm", "softmax", "log_softmax", "sample", "filter_logits", "top_k", "reference",
     "PaddingOffsets", "padding_offsets", "remove_padding", "rebuild_padding", "add_qkv_bias_rebuild_padding",
-    "transpose_remove_padding", "check_capacity", "decode_attention", "embed_with_position", "cuda_built", "__version__",
+    "transpose_remove_padding", "check_capacity", "decode_attention", "embed_with_position", "cuda_built",
+    "export_checks", "FFI_API_VERSION", "__version__",
 ]

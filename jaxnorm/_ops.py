@@ -7,7 +7,7 @@ import numpy as np
 
 from jax.core import ShapedArray
 
-from jaxnorm._primitive import FfiOp, make_primitive
+from jaxnorm._primitive import FFI_OPS, FfiOp, make_primitive
 
 F32 = np.float32
 
@@ -170,9 +170,4 @@ decode_append_p = make_primitive(DECODE_APPEND)
 embed_fwd_p = make_primitive(EMBED_FWD)
 embed_bwd_p = make_primitive(EMBED_BWD)
 
-TARGETS = tuple(
-    op.name
-    for op in (NORM_FWD, NORM_BWD, SOFTMAX_FWD, SOFTMAX_BWD, SAMPLE, FILTER, TOP_K,
-               PAD_OFFSETS, PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3, DECODE, DECODE_APPEND,
-               EMBED_FWD, EMBED_BWD)
-)
+TARGETS = tuple(FFI_OPS)  # every target above, in declaration order

@@ -109,6 +109,10 @@ def _partitioned(op, raw, static_params, avals_in):
 
 def row_sharded_lowering(ctx, *args, op, raw, **params):
     """Lowers `raw` (the op's direct custom call) through custom_partitioning."""
+    if ctx.module_context.lowering_parameters.for_export:
+        # custom_partitioning's partitioner callback cannot be serialized: an exported artifact
+        # holds the plain custom call (XLA gathers around it when the artifact is sharded).
+        return mlir.lower_fun(lambda *a: raw.bind(*a, **params), multiple_results=True)(ctx, *args)
     fn = _partitioned(op, raw, tuple(sorted(params.items())), tuple(ctx.avals_in))
     return mlir.lower_fun(lambda *a: list(fn(*a)), multiple_results=True)(ctx, *args)
 

@@ -67,6 +67,11 @@ class FfiOp:
     row_sharded: bool = False
 
 
+# Every FFI target jaxnorm lowers to, by name, in the order declared: filled by make_primitive so
+# that nothing else (the export checks, the environment report) keeps its own list.
+FFI_OPS: dict[str, FfiOp] = {}
+
+
 def _symbols(spec: str) -> list[str]:
     return spec.rstrip("?").split(",")
 
@@ -177,6 +182,9 @@ def _batching(args, dims, *, specs: tuple[str, ...], prim: Primitive, **params):
 
 
 def make_primitive(op: FfiOp) -> Primitive:
+    if op.name in FFI_OPS:
+        raise ValueError(f"FFI target {op.name} declared twice")
+    FFI_OPS[op.name] = op
     prim = Primitive(op.name)
     prim.multiple_results = True
     prim.def_impl(partial(jax._src.dispatch.apply_primitive, prim))

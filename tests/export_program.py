@@ -1,0 +1,98 @@
+"""One small function that lowers to every jaxnorm FFI target (forwards, backwards, vmapped), and
+its inputs: what test_export.py exports and runs in a fresh process, and the program whose custom
+calls test_ffi_targets.py pins. Inputs and outputs are 32-bit, so the artifact exported under the
+suite's x64 mode is called the same way in a process without it."""
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+import jaxnorm
+
+ROWS, WIDTH = 6, 64
+VOCAB = 50
+BATCH, MAX_LEN, CAPACITY, HEADS, HEAD_DIM = 3, 5, 12, 2, 64
+KV_HEADS, CACHE_LEN = 1, 16
+
+
+def inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    f32 = lambda *shape: rng.normal(size=shape).astype(np.float32)
+    return {
+        "x": f32(2, ROWS, WIDTH),
+        "scale": rng.uniform(0.5, 1.5, WIDTH).astype(np.float32),
+        "bias": f32(WIDTH),
+        "logits": f32(ROWS, VOCAB),
+        "key": np.asarray(jax.random.key_data(jax.random.key(int(rng.integers(2**31))))),  # raw uint32[2]
+        "lengths": np.array([5, 0, 3], np.int32),
+        "padded": f32(BATCH, MAX_LEN, WIDTH),
+        "w_qkv": f32(WIDTH, 3 * HEADS * HEAD_DIM) / 8,
+        "b_qkv": f32(3 * HEADS * HEAD_DIM),
+        "q": f32(BATCH, HEADS, HEAD_DIM),
+        "k_cache": f32(BATCH, KV_HEADS, CACHE_LEN, HEAD_DIM),
+        "v_cache": f32(BATCH, KV_HEADS, CACHE_LEN, HEAD_DIM),
+        "k_new": f32(BATCH, KV_HEADS, HEAD_DIM),
+        "v_new": f32(BATCH, KV_HEADS, HEAD_DIM),
+        "cache_lengths": np.array([16, 7, 0], np.int32),
+        "ids": rng.integers(0, VOCAB, (BATCH, 4)).astype(np.int32),
+        "table": f32(VOCAB, WIDTH),
+    }
+
+
+def _norms(a):
+    x, s, b = a["x"], a["scale"], a["bias"]
+    loss = lambda x, s, b: jnp.sum(jnp.sin(jaxnorm.layer_norm(x, s, b)))
+    dx, ds, db = jax.grad(loss, (0, 1, 2))(x, s, b)
+    # vmap folds the examples into rows; the per-example scale gradients come from one launch.
+    per_example = jax.vmap(jax.grad(loss, 1), (0, None, None))(x, s, b)
+    rms = jax.grad(lambda x: jnp.sum(jnp.sin(jaxnorm.rms_norm(x, s, memory_efficient=True))))(x)
+    return {"layer_norm": jaxnorm.layer_norm(x, s, b), "dx": dx, "dscale": ds, "dbias": db,
+            "per_example_dscale": per_example, "rms_norm_dx": rms}
+
+
+def _softmax(a):
+    x, mask = a["logits"], a["logits"] > -1.0
+    dx = jax.grad(lambda x: jnp.sum(jnp.cos(jaxnorm.softmax(x, where=mask))))(x)
+    return {"softmax_dx": dx, "log_softmax": jaxnorm.log_softmax(x, where=mask)}
+
+
+def _sampling(a):
+    logits = a["logits"]
+    values, indices = jaxnorm.top_k(logits, 3)
+    # vmap over requests, each with its own key: the keys fold into the kernel's per-row keys.
+    keys = jax.random.split(a["key"], 2)
+    per_request = jax.vmap(lambda k, l: jaxnorm.sample(k, l, top_p=0.8))(keys, logits.reshape(2, -1, VOCAB))
+    return {"tokens": jaxnorm.sample(a["key"], logits, temperature=0.8, top_k=10, top_p=0.9),
+            "tokens_per_request": per_request,
+            "filtered": jaxnorm.filter_logits(logits, top_k=5, min_p=0.05),
+            "top_k_values": values, "top_k_indices": indices}
+
+
+def _padding(a):
+    offsets = jaxnorm.padding_offsets(a["lengths"], MAX_LEN, CAPACITY)
+
+    def layer(padded, w):
+        h = jaxnorm.remove_padding(padded, offsets)
+        q, k, v = jaxnorm.add_qkv_bias_rebuild_padding(h @ w, a["b_qkv"], offsets, HEADS)
+        h = h + jaxnorm.transpose_remove_padding(q * k + v, offsets) @ w[:, : HEADS * HEAD_DIM].T
+        return jaxnorm.rebuild_padding(h, offsets)
+
+    out, (d_padded, dw) = jax.value_and_grad(lambda p, w: jnp.sum(jnp.sin(layer(p, w))), (0, 1))(a["padded"], a["w_qkv"])
+    return {"packed_layer": out, "packed_d_padded": d_padded, "packed_dw": dw}
+
+
+def _decode(a):
+    out = jaxnorm.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["cache_lengths"])
+    lengths = jnp.minimum(a["cache_lengths"], CACHE_LEN - 1)  # room for the appended token
+    out2, k, v = jaxnorm.decode_attention(a["q"], a["k_cache"], a["v_cache"], lengths, k_new=a["k_new"], v_new=a["v_new"])
+    return {"decode": out, "decode_append": out2, "k_cache": k, "v_cache": v}
+
+
+def _embedding(a):
+    embed = lambda t: jaxnorm.embed_with_position(a["ids"], t, position=jnp.arange(4, dtype=jnp.int32))
+    dtable = jax.grad(lambda t: jnp.sum(jnp.sin(embed(t))))(a["table"])
+    return {"embed": embed(a["table"]), "dtable": dtable}
+
+
+def program(a: dict) -> dict:
+    return {**_norms(a), **_softmax(a), **_sampling(a), **_padding(a), **_decode(a), **_embedding(a)}
