@@ -134,6 +134,7 @@ def _decode(append):
         attrs=("scale", "splits", "blhd"),
         workspace=_decode_workspace,
         aliases=((1, 1), (2, 2)) if append else (),
+        row_sharded=True,
     )
 
 

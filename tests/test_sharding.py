@@ -134,6 +134,24 @@ JIT_SCRIPT = textwrap.dedent(
     check("top_k", lambda x: jaxnorm.top_k(x, 5), lambda x: jax.lax.top_k(x, 5), x)
     check("embed_with_position", lambda i: jaxnorm.embed_with_position(i, table, position=3),
           lambda i: reference.embed_with_position(i, table, position=3), ids)
+    # Decode attention over caches sharded by sequence, appending in place with donated caches:
+    # no gather, and no copy of a cache (local [2, ...] or global [8, ...]).
+    bsz, hkv, max_len, d = 8, 2, 40, 64
+    q = jax.device_put(jnp.asarray(rng.normal(size=(bsz, 8, d)), jnp.float32), rows)
+    kc, vc = (jax.device_put(jnp.asarray(rng.normal(size=(bsz, hkv, max_len, d)), jnp.float32), rows) for _ in "kv")
+    kn, vn = (jax.device_put(jnp.asarray(rng.normal(size=(bsz, hkv, d)), jnp.float32), rows) for _ in "kv")
+    lengths = jax.device_put(jnp.asarray(rng.integers(0, max_len, size=bsz), jnp.int32), rows)
+    check("decode_attention", jaxnorm.decode_attention, reference.decode_attention, q, kc, vc, lengths)
+    step = lambda kc, vc, q, l, kn, vn: jaxnorm.decode_attention(q, kc, vc, l, k_new=kn, v_new=vn)
+    want = reference.decode_attention(q, kc, vc, lengths, k_new=kn, v_new=vn)
+    donated = jax.jit(step, donate_argnums=(0, 1))
+    compiled = donated.lower(kc, vc, q, lengths, kn, vn).compile().as_text()
+    assert "all-gather" not in compiled, "decode append gathers"
+    assert not [l for l in compiled.splitlines() if " copy(" in l and f",{hkv},{max_len},{d}]" in l], "cache copied"
+    got = donated(kc, vc, q, lengths, kn, vn)
+    for g, w in zip(got, want):
+        assert np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max() < 1e-5
+        assert g.sharding.spec[0] == ("b", "s"), g.sharding
     print("jit sharding ok")
     """
 )
