@@ -48,32 +48,32 @@ def check_param(p, fn: str, name: str, norm_shape: tuple[int, ...]):
     return p.reshape(-1).astype(jnp.float32)
 
 
-def _canonical_axes(ndim: int, axis, fn: str) -> tuple[int, ...]:
+def canonical_axes(ndim: int, axis, fn: str, name: str = "axis") -> tuple[int, ...]:
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     if not axes:
-        raise ValueError(f"{fn}: `axis` must name at least one axis, got {axis!r}")
+        raise ValueError(f"{fn}: `{name}` must name at least one axis, got {axis!r}")
     out = []
     for a in axes:
         if not isinstance(a, (int, np.integer)):
-            raise TypeError(f"{fn}: `axis` entries must be ints, got {axis!r}")
+            raise TypeError(f"{fn}: `{name}` entries must be ints, got {axis!r}")
         if not -ndim <= a < ndim:
-            raise ValueError(f"{fn}: axis {a} is out of range for an array of rank {ndim}")
+            raise ValueError(f"{fn}: {name} {a} is out of range for an array of rank {ndim}")
         out.append(int(a) % ndim)
     if len(set(out)) != len(out):
-        raise ValueError(f"{fn}: `axis` {axis!r} repeats an axis")
+        raise ValueError(f"{fn}: `{name}` {axis!r} repeats an axis")
     return tuple(sorted(out))
 
 
-def trailing_axes(shape: Sequence[int], axis, fn: str) -> int:
+def trailing_axes(shape: Sequence[int], axis, fn: str, name: str = "axis") -> int:
     """For the norms: `axis` must name trailing axes. Returns how many."""
     ndim = len(shape)
     if ndim == 0:
         raise ValueError(f"{fn}: `x` must have at least one axis to normalize, got a scalar")
-    axes = _canonical_axes(ndim, axis, fn)
+    axes = canonical_axes(ndim, axis, fn, name)
     k = len(axes)
     if axes != tuple(range(ndim - k, ndim)):
         raise ValueError(
-            f"{fn}: `axis` must name trailing axes of x (shape {tuple(shape)}), got {axis!r}; "
+            f"{fn}: `{name}` must name trailing axes of x (shape {tuple(shape)}), got {axis!r}; "
             "move the axes to the end first"
         )
     return k
@@ -85,7 +85,7 @@ def any_axes(shape: Sequence[int], axis, fn: str) -> tuple[int, ...]:
         return tuple(range(len(shape)))
     if len(shape) == 0:
         raise ValueError(f"{fn}: `x` must have at least one axis, got a scalar")
-    return _canonical_axes(len(shape), axis, fn)
+    return canonical_axes(len(shape), axis, fn)
 
 
 def rows_cols(shape: Sequence[int], k: int) -> tuple[int, int]:

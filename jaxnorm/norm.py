@@ -43,7 +43,7 @@ def layer_norm(x, scale=None, bias=None, *, axis=-1, epsilon=1e-6, memory_effici
       reproducible) and in forward mode (``jax.jvp``, ``jacfwd``, ``hessian``); ``jit`` and
       ``vmap`` compose with it.
     """
-    return _normalize(x, scale, bias, axis, epsilon, memory_efficient, centered=True, fn="layer_norm")
+    return normalize(x, scale, bias, axis, epsilon, memory_efficient, centered=True, fn="layer_norm")
 
 
 def rms_norm(x, scale=None, *, axis=-1, epsilon=1e-6, memory_efficient=False):
@@ -58,10 +58,12 @@ def rms_norm(x, scale=None, *, axis=-1, epsilon=1e-6, memory_efficient=False):
     Arguments as for :func:`layer_norm` (no bias). With ``memory_efficient=True`` the backward
     keeps ``y`` and recovers ``x_hat = y / scale``.
     """
-    return _normalize(x, scale, None, axis, epsilon, memory_efficient, centered=False, fn="rms_norm")
+    return normalize(x, scale, None, axis, epsilon, memory_efficient, centered=False, fn="rms_norm")
 
 
-def _normalize(x, scale, bias, axis, epsilon, memory_efficient, *, centered, fn):
+def normalize(x, scale, bias, axis, epsilon, memory_efficient, *, centered, fn):
+    """Both norms, and the framework modules' (which name themselves in ``fn`` and may pass a bias
+    with ``centered=False``: equinox's RMSNorm has one; the kernels add it either way)."""
     x = _checks.as_array(x, fn, "x")
     _checks.check_input_dtype(x, fn)
     k = _checks.trailing_axes(x.shape, axis, fn)

@@ -1,0 +1,63 @@
+"""Equinox modules on jaxnorm's kernels: drop-ins for ``equinox.nn.LayerNorm`` and ``RMSNorm``.
+
+Each subclasses the Equinox module, so the constructor (``shape``, ``eps``, ``use_weight``,
+``use_bias``, ``dtype``) and the leaves (``weight``, ``bias``) are Equinox's own: a serialised
+Equinox module loads into the jaxnorm one (``eqx.tree_deserialise_leaves``) and back. They add
+``memory_efficient=`` (see ``jaxnorm.layer_norm``). Like Equinox's, a module normalizes one
+example, ``x.shape == shape``; ``jax.vmap`` it over a batch (the kernel folds the batch into
+its rows: one launch). Needs ``pip install 'jaxnorm[equinox]'``.
+
+Arithmetic as Equinox's: float32 statistics and affine, the result in x's dtype. RMSNorm's bias
+(``use_bias=True`` is Equinox's default) is added by the same kernel.
+
+No embedding module: ``eqx.nn.Embedding`` looks up one token and is vmapped over tokens and
+examples, and under ``vmap`` ``jaxnorm.embed_with_position`` computes a table gradient per example
+before summing them; call it directly on a whole ``[batch, seq]`` array instead.
+"""
+
+from __future__ import annotations
+
+from jaxnorm._modules import norm, require
+
+require("equinox", "equinox")
+import equinox as eqx  # noqa: E402
+
+_NO_STATE = object()
+
+
+class LayerNorm(eqx.nn.LayerNorm):
+    """``equinox.nn.LayerNorm`` as one jaxnorm kernel, plus ``memory_efficient``."""
+
+    memory_efficient: bool = eqx.field(static=True, default=False)
+
+    def __init__(self, *args, memory_efficient=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.memory_efficient = memory_efficient
+
+    def __call__(self, x, state=_NO_STATE, *, key=None):
+        """``state`` is passed through and ``key`` ignored, as by Equinox."""
+        return _norm(self, x, state, centered=True)
+
+
+class RMSNorm(eqx.nn.RMSNorm):
+    """``equinox.nn.RMSNorm`` as one jaxnorm kernel, plus ``memory_efficient``."""
+
+    memory_efficient: bool = eqx.field(static=True, default=False)
+
+    def __init__(self, *args, memory_efficient=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.memory_efficient = memory_efficient
+
+    def __call__(self, x, state=_NO_STATE, *, key=None):
+        """``state`` is passed through and ``key`` ignored, as by Equinox."""
+        return _norm(self, x, state, centered=False)
+
+
+def _norm(module, x, state, *, centered):
+    fn = f"jaxnorm.equinox.{type(module).__name__}"
+    if x.shape != module.shape:
+        raise ValueError(f"{fn}: x must have the module's shape {module.shape}, got {x.shape}; "
+                         "for a batch, jax.vmap the module")
+    y = norm(fn, x, module.weight, module.bias, k=x.ndim, epsilon=module.eps, out_dtype=x.dtype,
+             memory_efficient=module.memory_efficient, centered=centered)
+    return y if state is _NO_STATE else (y, state)
