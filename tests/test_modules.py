@@ -481,3 +481,29 @@ def test_embed_with_position_dtype_and_custom_call(rng):
     np.testing.assert_array_equal(np.asarray(y), np.asarray(f32.astype(BF16)))
     hlo = jax.jit(lambda p: module.apply(p, ids, position=3)).lower(params).as_text()
     assert "custom_call @jaxnorm_embed_fwd" in hlo
+
+
+def test_equinox_embed_with_position(rng):
+    """eqx.nn.Embedding's leaf and lookup, scaled plus the encoding; vmapped over tokens the
+    gradient is one [vocab, d] segment sum."""
+    eqx = pytest.importorskip("equinox")
+    import jaxnorm.equinox
+
+    theirs = randomize(rng, eqx.nn.Embedding(VOCAB, WIDTH, dtype=F32, key=jax.random.key(0)))
+    ours = jaxnorm.equinox.EmbedWithPosition(VOCAB, WIDTH, weight=theirs.weight)
+    ids = jnp.asarray(rng.integers(0, VOCAB, (3, 7)), jnp.int32)
+    position = jnp.broadcast_to(jnp.arange(7, dtype=jnp.int32), (3, 7))
+    pe = jaxnorm.reference.sine_position_encoding(position, WIDTH)
+    run = lambda m: jax.vmap(jax.vmap(lambda i, p: m(i, position=p)))(ids, position)
+    expected = jax.vmap(jax.vmap(theirs))(ids) * np.float32(math.sqrt(WIDTH)) + pe
+    assert_close(run(ours), expected)
+    ct = jnp.asarray(rng.normal(size=(3, 7, WIDTH)), F32)
+    grad = lambda f: jax.grad(lambda w: jnp.sum(f(w) * ct))(theirs.weight)
+    assert_close(grad(lambda w: run(eqx.tree_at(lambda m: m.weight, ours, w))),
+                 grad(lambda w: jax.vmap(jax.vmap(eqx.tree_at(lambda m: m.weight, theirs, w)))(ids)
+                      * np.float32(math.sqrt(WIDTH))))
+    hlo = jax.jit(lambda w: grad(lambda w2: run(eqx.tree_at(lambda m: m.weight, ours, w2)))).lower(theirs.weight)
+    calls = [line for line in hlo.as_text().splitlines() if "custom_call @jaxnorm_embed_bwd" in line]
+    assert len(calls) == 1 and f"tensor<{VOCAB}x{WIDTH}xf32>" in calls[0].split("->")[-1], calls
+    with pytest.raises(ValueError, match="one index"):
+        ours(ids, position=0)
