@@ -426,6 +426,27 @@ def timing(dtype_name: str | None) -> int:
     return failures
 
 
+def self_check_transforms() -> int:
+    """Forward-mode AD and jax.export: the jvp of layer_norm and softmax against the reference's,
+    and a function exported with jaxnorm.export_checks() called back (no serialization, which
+    needs flatbuffers: tests/test_export.py covers it)."""
+    print("\n== self-check of transforms (jax.jvp, jax.export) against jaxnorm.reference")
+    rng = np.random.default_rng(4)
+    x, dx = (jnp.asarray(rng.standard_normal((6, 96)), jnp.float32) for _ in range(2))
+    s, b = jnp.asarray(rng.uniform(0.5, 1.5, 96), jnp.float32), jnp.asarray(rng.standard_normal(96), jnp.float32)
+    close = lambda a, e: bool(jnp.allclose(a, e, rtol=1e-5, atol=1e-5))
+
+    def run(checks):
+        for name, fn, ref in (("layer_norm", lambda x: jaxnorm.layer_norm(x, s, b), lambda x: reference.layer_norm(x, s, b)),
+                              ("softmax", jaxnorm.softmax, reference.softmax)):
+            checks[f"jax.jvp of {name} == reference's"] = close(jax.jvp(fn, (x,), (dx,))[1], jax.jvp(ref, (x,), (dx,))[1])
+        f = lambda x: jax.grad(lambda x: jnp.sum(jnp.sin(jaxnorm.layer_norm(x, s, b))))(x)
+        exported = jax.export.export(jax.jit(f), disabled_checks=jaxnorm.export_checks())(x)
+        checks["jax.export with export_checks(), called back"] = close(exported.call(x), f(x))
+
+    return _report_checks("transforms", "float32", run, width=46)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m jaxnorm", description=__doc__.split("\n\n")[0])
     p.add_argument("--no-bench", action="store_true", help="skip the timing table")
@@ -440,6 +461,7 @@ def main(argv=None) -> int:
         failures += self_check_sampling()
         failures += self_check_padding()
         failures += self_check_decoding()
+        failures += self_check_transforms()
     if not args.no_bench:
         failures += timing(args.dtype)
     print(f"\n{'FAILED' if failures else 'OK'}: {failures} failure(s), "
