@@ -66,7 +66,8 @@ ffi::Error launch_mma(cudaStream_t stream, const DecodeParams& p, int64_t batch)
 template <class T, int D>
 ffi::Error dispatch_group(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
   if constexpr (sizeof(T) == 2) {
-    if (device_facts().cc_major >= 8) {
+    // Tensor cores from sm_80, where the stages fit (head_dim 256 takes 192 KB: not on sm_8x).
+    if (device_facts().cc_major >= 8 && MmaShape<T, D, 1>::kSmemBytes <= size_t(device_facts().max_smem_optin)) {
       return p.group <= 8 ? launch_mma<T, D, 1>(stream, p, batch) : launch_mma<T, D, 2>(stream, p, batch);
     }
   }
