@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU calls for the decoding-step family (decode_attention, embed_with_position). STAGE=1: build,
-# the family's tests, compute-sanitizer's memcheck over the append / invalid-length / split tests,
-# and the decode benchmark (device time). STAGE=2: the embedding benchmark, the decoding example
+# the family's tests, compute-sanitizer's memcheck over benchmarks/memcheck_decode.py (splits,
+# appends, invalid lengths, every head_dim, both kernels), and the decode benchmark (device time). STAGE=2: the embedding benchmark, the decoding example
 # and the tests named by PYTEST_ARGS (default: the family's) and the main job.
 #   COMMIT=<hash> names the commit measured (the device tree's .git may be stale).
 source "$(dirname "$0")/gpu_setup.sh"
@@ -11,10 +11,9 @@ if [ "${STAGE:-1}" = 1 ]; then
     timeout 200 python3 -m pytest -q $FAMILY 2>&1 | tee "$OUT/pytest-decode.log" | tail -4
   fi
   # Memcheck: no pre-allocation (the sanitizer tracks real allocations) and no command buffers.
-  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 \
-    compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_decode_attention.py -k "append_in_place and 3x4x1x1100 or invalid or empty or loop" 2>&1 |
-    tee "$OUT/memcheck-decode.log" | tail -4
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_gpu_autotune_level=0" \
+    timeout ${MEMCHECK_TIMEOUT:-150} compute-sanitizer --tool memcheck --print-limit 20 \
+    python3 benchmarks/memcheck_decode.py 2>&1 | tee "$OUT/memcheck-decode.log" | tail -8
   timeout ${BENCH_TIMEOUT:-240} python3 benchmarks/bench_decode.py --out "$OUT" ${BENCH_ARGS:-} 2>&1 |
     tee "$OUT/bench-decode.log" | tail -80
 else

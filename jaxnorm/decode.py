@@ -39,18 +39,21 @@ from jaxnorm._ops import decode_append_p, decode_p
 
 HEAD_DIMS = (64, 128, 256)
 LAYOUTS = ("BHLD", "BLHD")
-# CTAs to aim for: about 2.7 waves of the CUDA kernel's 3 resident CTAs per SM on a 132-SM H100
-# (untuned: benchmarks/results/h100-decode.md); more splits add merging work.
-_TARGET_CTAS = 1056
-_MIN_SPLIT = 256  # positions: a shorter split spends as long merging as reading
+# The CUDA handler splits each sequence so that its grid is one wave of resident CTAs (it knows
+# the GPU's SM count and the kernel's occupancy); here only the most splits it may take is fixed,
+# which sizes its workspace: enough for 1024 resident CTAs (H100: 132 SMs x 2-3), at most 64, and
+# at least 64 positions a split.
+_MAX_CTAS = 1024
+_MIN_SPLIT = 64
 _MAX_SPLITS = 64
 
 
 def decode_splits(batch: int, kv_heads: int, group: int, max_len: int) -> int:
-    """How many parts the CUDA kernel cuts each sequence into (a function of the shapes only, so
-    results are bitwise reproducible); 1 when batch x heads already fills the GPU."""
-    ctas = max(1, batch * kv_heads * math.ceil(group / 8))
-    return max(1, min(_MAX_SPLITS, max_len // _MIN_SPLIT, -(-_TARGET_CTAS // ctas)))
+    """The most parts the CUDA kernel may cut each sequence into (sizes its workspace; a function
+    of the shapes only). ``group`` is unused: a CTA's heads never make fewer CTAs than kv heads."""
+    del group
+    ctas = max(1, batch * kv_heads)
+    return max(1, min(_MAX_SPLITS, -(-max_len // _MIN_SPLIT), -(-_MAX_CTAS // ctas)))
 
 
 def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, scale=None, layout="BHLD"):

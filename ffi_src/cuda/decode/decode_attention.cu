@@ -1,10 +1,13 @@
 // CUDA handlers of decode attention: with and without appending the new token to the caches.
-// Kernels in decode_kernels.cuh.
+// 16-bit caches run on tensor cores (decode_mma.cuh), float32 caches on CUDA cores
+// (decode_simt.cuh); both split the sequences so that the grid fills the GPU once.
+#include <algorithm>
 #include <type_traits>
 
 #include "common/decode_args.h"
 #include "common/signatures.h"
-#include "cuda/decode/decode_kernels.cuh"
+#include "cuda/decode/decode_mma.cuh"
+#include "cuda/decode/decode_simt.cuh"
 #include "cuda/launch.cuh"
 
 namespace jaxnorm {
@@ -12,29 +15,67 @@ namespace {
 
 using namespace decode;
 
-// Query heads per CTA: the group (query heads per kv head) rounded up to a power of two, at most
-// 8; larger groups take several CTAs per kv head (each re-reads the rows, mostly from L2).
+// Query heads per CTA of the CUDA-core kernel: the group rounded up to a power of two, at most 8;
+// larger groups take several CTAs per kv head (each re-reads the rows, mostly from L2).
 int heads_per_cta(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
 
-template <class T, int D, int G>
-ffi::Error launch_decode(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
-  const int groups = (p.group + G - 1) / G;
+// Splits of each sequence: as many as make the grid one full wave of resident CTAs (a CTA per
+// resident slot streams its part of the cache with nothing left for a second wave), at most the
+// workspace's `bound`, and at least `grain` positions of the longest sequence each.
+int splits_for(int64_t units, int ctas_per_sm, int bound, int max_len, int grain) {
+  const int64_t slots = int64_t{device_facts().sms} * ctas_per_sm;
+  const int64_t by_rows = std::max<int64_t>(1, (max_len + grain - 1) / grain);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({slots / std::max<int64_t>(units, 1), bound, by_rows})));
+}
+
+// Launches `kernel` on (splits, kv heads x head groups of `per_cta`, batch), then the split merge.
+template <class T, int D, class K>
+ffi::Error launch_split(K kernel, size_t smem, int per_cta, int grain, int ctas_per_sm, cudaStream_t stream,
+                        DecodeParams p, int64_t batch) {
+  const int groups = (p.group + per_cta - 1) / per_cta;
+  p.splits = splits_for(batch * p.kv_heads * groups, ctas_per_sm, p.splits, p.max_len, grain);
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.kv_heads * groups),
                   static_cast<unsigned>(batch));
-  JN_RETURN_IF_ERROR(launch_with_smem(decode_kernel<T, D, G>, grid, dim3(kThreads), 1, Shape<T, D, G>::kSmemBytes,
-                                      stream, "decode_attention", p));
+  JN_RETURN_IF_ERROR(launch_with_smem(kernel, grid, dim3(kThreads), 1, smem, stream, "decode_attention", p));
   if (p.splits == 1) return ffi::Error::Success();
   return launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.q_heads)), dim3(D), 1, stream,
                 "decode_attention (merging splits)", p);
 }
 
+// Resident CTAs per SM of a kernel instantiation (asked once).
+template <class K>
+int resident(K kernel, size_t smem) {
+  allow_smem(kernel, smem);
+  return occupancy(kernel, kThreads, smem);
+}
+
+template <class T, int D, int G>
+ffi::Error launch_simt(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
+  using S = Shape<T, D, G>;
+  static const int ctas = resident(decode_kernel<T, D, G>, S::kSmemBytes);
+  return launch_split<T, D>(decode_kernel<T, D, G>, S::kSmemBytes, G, S::kStageRows, ctas, stream, p, batch);
+}
+
+template <class T, int D, int NT>
+ffi::Error launch_mma(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
+  using S = MmaShape<T, D, NT>;
+  static const int ctas = resident(decode_mma_kernel<T, D, NT>, S::kSmemBytes);
+  return launch_split<T, D>(decode_mma_kernel<T, D, NT>, S::kSmemBytes, S::kHeads, S::kRows, ctas, stream, p, batch);
+}
+
 template <class T, int D>
 ffi::Error dispatch_group(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
+  if constexpr (sizeof(T) == 2) {
+    // Tensor cores from sm_80, where the stages fit (head_dim 256 takes 192 KB: not on sm_8x).
+    if (device_facts().cc_major >= 8 && MmaShape<T, D, 1>::kSmemBytes <= size_t(device_facts().max_smem_optin)) {
+      return p.group <= 8 ? launch_mma<T, D, 1>(stream, p, batch) : launch_mma<T, D, 2>(stream, p, batch);
+    }
+  }
   switch (heads_per_cta(p.group)) {
-    case 1: return launch_decode<T, D, 1>(stream, p, batch);
-    case 2: return launch_decode<T, D, 2>(stream, p, batch);
-    case 4: return launch_decode<T, D, 4>(stream, p, batch);
-    default: return launch_decode<T, D, 8>(stream, p, batch);
+    case 1: return launch_simt<T, D, 1>(stream, p, batch);
+    case 2: return launch_simt<T, D, 2>(stream, p, batch);
+    case 4: return launch_simt<T, D, 4>(stream, p, batch);
+    default: return launch_simt<T, D, 8>(stream, p, batch);
   }
 }
 
