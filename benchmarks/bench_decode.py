@@ -70,6 +70,12 @@ def candidates():
     }
 
 
+def _short(kernel_name: str) -> str:
+    """A kernel's name without its template arguments and namespaces, cut to 40 characters."""
+    base = kernel_name.split("(")[0].split("<")[0]
+    return base.split("::")[-1][:40]
+
+
 def bench_shape(timer, rng, shape, ceiling, dtype):
     b, L, hq, hkv, d = shape
     el = jnp.dtype(dtype).itemsize
@@ -100,10 +106,12 @@ def bench_shape(timer, rng, shape, ceiling, dtype):
         err = float(np.abs(got - want).max())
         rec = dict(shape=shape, impl=name, us=r["median"] * 1e6, tb_s=kv_bytes / r["median"] / 1e12,
                    frac_copy=kv_bytes / r["median"] / ceiling, kernels=r["kernels_per_call"], max_err=err,
-                   ok=err < 0.05)
+                   ok=err < 0.05, by_kernel_us={n: t * 1e6 for n, t in r.get("by_kernel", {}).items()})
         rows.append(rec)
         print(f"  {name:16s} {rec['us']:9.1f} us {rec['tb_s']:5.2f} TB/s ({100 * rec['frac_copy']:3.0f}% of copy)"
               f"  kernels {rec['kernels']}  max err {err:.3g}" + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
+        if name in ("jaxnorm BHLD", "jax dpa cudnn") and len(rec["by_kernel_us"]) > 1:
+            print("      " + ", ".join(f"{_short(n)} {t:.1f}" for n, t in rec["by_kernel_us"].items()), flush=True)
     # The append form in a decoding loop: the caches carried through lax.fori_loop are updated in
     # place; the marginal cost of a step is (t(32 steps) - t(16 steps)) / 16, which leaves out the
     # one copy XLA makes of caches that the benchmark does not donate.

@@ -43,7 +43,7 @@ def device_time(f: Callable, args: Sequence[tuple], *, reps: int = 5) -> dict:
     """Runs f(*a) for every a in args, `reps` times, under the profiler. Returns the device time
     per call (seconds: the sum of kernel durations over all calls / calls, and the median of
     per-call sums when every call ran the same number of kernels), the kernels per call and the
-    names of one call's kernels."""
+    names of one call's kernels, and each kernel's time per call (`by_kernel`, seconds, by name)."""
     jax.block_until_ready(f(*args[0]))  # compile and warm up outside the trace
     jax.block_until_ready([f(*a) for a in args[: min(len(args), 3)]])
     session = _profiler.ProfilerSession(_profiler.ProfileOptions())
@@ -62,8 +62,11 @@ def device_time(f: Callable, args: Sequence[tuple], *, reps: int = 5) -> dict:
     if per_call * calls == len(events):
         sums = [sum(d for _, d, _ in events[i * per_call:(i + 1) * per_call]) * 1e-9 for i in range(calls)]
         median = statistics.median(sums)
+    by_kernel: dict[str, float] = {}
+    for _, d, n in events:
+        by_kernel[n] = by_kernel.get(n, 0.0) + d * 1e-9 / calls
     return {"mean": total / calls, "median": median, "kernels_per_call": len(events) / calls,
-            "kernels": sorted({n for _, _, n in events[: max(per_call, 1)]})}
+            "kernels": sorted({n for _, _, n in events[: max(per_call, 1)]}), "by_kernel": by_kernel}
 
 
 def copy_ceiling() -> float:
