@@ -33,12 +33,13 @@ template <class T, int D, class K>
 ffi::Error launch_split(K kernel, size_t smem, int per_cta, int grain, int ctas_per_sm, cudaStream_t stream,
                         DecodeParams p, int64_t batch) {
   const int groups = (p.group + per_cta - 1) / per_cta;
-  p.splits = splits_for(batch * p.kv_heads * groups, ctas_per_sm, p.splits, p.max_len, grain);
+  p.splits = splits_for(batch * p.kv_heads * groups, ctas_per_sm, std::min(p.splits, kMaxSplits), p.max_len, grain);
+  p.partial_stats = p.splits > 1 ? p.partials + batch * p.q_heads * int64_t{p.splits} * D : nullptr;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.kv_heads * groups),
                   static_cast<unsigned>(batch));
   JN_RETURN_IF_ERROR(launch_with_smem(kernel, grid, dim3(kThreads), 1, smem, stream, "decode_attention", p));
   if (p.splits == 1) return ffi::Error::Success();
-  return launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.q_heads)), dim3(D), 1, stream,
+  return launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.q_heads)), dim3(kCombineThreads), 1, stream,
                 "decode_attention (merging splits)", p);
 }
 

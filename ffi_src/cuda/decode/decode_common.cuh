@@ -30,7 +30,11 @@ struct DecodeParams {
   void* out;  // (B, Hq, D)
   void* k_out;  // the caches as results (the same buffers when aliased)
   void* v_out;
-  float* partials;  // (B, Hq, splits, 2 + D): max, sum, weighted V; splits > 1 only
+  // The split states, splits > 1 only (a workspace of B * Hq * splits * (2 + D) floats): the
+  // weighted V sums (B, Hq, splits, D) first, 16-byte aligned rows for the combine's float4
+  // loads, then (max, sum) pairs (B, Hq, splits, 2) at `partial_stats`.
+  float* partials;
+  float* partial_stats;
   int64_t batch_stride, head_stride, pos_stride;
   int q_heads, kv_heads, group, max_len, splits;
   float scale_log2;  // softmax scale * log2(e): scores are taken in base 2
@@ -122,6 +126,21 @@ __device__ __forceinline__ void load_stage(T* buf, const Rows<T>& src, int64_t p
   }
 }
 
+// Rows [row0, row0 + kRows) of K and V requested into L2 by the bulk-copy engine (Hopper), one
+// row a thread: no registers, no wait; the ring's later cp.async copies then find them in L2.
+template <int kRows, int D, class T>
+__device__ __forceinline__ void prefetch_stage_l2(const Rows<T>& src, int64_t pos_stride, int row0, int end) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  for (int i = threadIdx.x; i < 2 * kRows; i += kThreads) {
+    const int pos = row0 + i % kRows;
+    if (pos < end) {
+      const T* row = (i < kRows ? src.k : src.v) + pos * pos_stride;
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(static_cast<uint32_t>(D * sizeof(T))));
+    }
+  }
+#endif
+}
+
 // Merges the CTA's kSlots partial states per head (max, sum in sm_max/sm_sum [kSlots][kHeads],
 // weighted V in sm_acc [kSlots][kHeads][D]) in slot order, and writes the output (one split) or
 // the split's partial state.
@@ -147,41 +166,83 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, const Wor
       const float r = !valid ? NAN : (sum > 0.f ? o / sum : 0.f);
       static_cast<T*>(p.out)[row * D + d] = from_float<T>(r);
     } else {
-      float* part = p.partials + (row * p.splits + w.split) * (2 + D);
-      part[2 + d] = o;
+      const int64_t slot = row * p.splits + w.split;
+      p.partials[slot * D + d] = o;
       if (d == 0) {
-        part[0] = mx;
-        part[1] = sum;
+        p.partial_stats[2 * slot] = mx;
+        p.partial_stats[2 * slot + 1] = sum;
       }
     }
   }
 }
 
-// Merges the splits of one (sequence, query head) in split order; thread d writes element d.
+constexpr int kMaxSplits = 64;  // jaxnorm.decode's workspace bound; the handler enforces it too
+constexpr int kCombineThreads = 256;
+
+// Merges the splits of one (sequence, query head). Every load is issued before any is needed:
+// warp 0 takes the (max, sum) of all splits at once (two a lane) and leaves each split's weight
+// 2^(max_s - max) in shared memory; then thread group j of the CTA sums splits j, j + kGroups, ...
+// of four output elements (float4 loads, fully unrolled), and the groups' sums are added in group
+// order. The order is fixed, so the result does not depend on timing.
 template <class T, int D>
-__global__ void __launch_bounds__(D) combine_kernel(DecodeParams p) {
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(DecodeParams p) {
+  constexpr int kVecs = D / 4, kGroups = kCombineThreads / kVecs, kPerGroup = kMaxSplits / kGroups;
+  __shared__ float wgt[kMaxSplits];
+  __shared__ float4 acc[kGroups][kVecs];
+  __shared__ float total;
   const int64_t row = blockIdx.x;
-  const int d = threadIdx.x;
-  const int b = static_cast<int>(row / p.q_heads);
-  float r;
-  if (!length_valid(p, p.lengths[b])) {
-    r = NAN;
-  } else {
-    const float* part = p.partials + row * p.splits * (2 + D);
-    float mx = -INFINITY;
-    for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, part[s * (2 + D)]);
-    float sum = 0.f, o = 0.f;
-    if (mx != -INFINITY) {
-      for (int s = 0; s < p.splits; ++s) {
-        const float* ps = part + s * (2 + D);
-        const float wgt = exp2f(ps[0] - mx);
-        sum = fmaf(ps[1], wgt, sum);
-        o = fmaf(ps[2 + d], wgt, o);
-      }
-    }
-    r = sum > 0.f ? o / sum : 0.f;
+  const int tid = threadIdx.x;
+  if (tid < 32) {
+    const float* st = p.partial_stats + row * p.splits * 2;
+    const int s0 = tid, s1 = tid + 32;
+    const float m0 = s0 < p.splits ? st[2 * s0] : -INFINITY, l0 = s0 < p.splits ? st[2 * s0 + 1] : 0.f;
+    const float m1 = s1 < p.splits ? st[2 * s1] : -INFINITY, l1 = s1 < p.splits ? st[2 * s1 + 1] : 0.f;
+    float mx = fmaxf(m0, m1);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float base = mx == -INFINITY ? 0.f : mx;  // no state at all: weights 0, output 0
+    const float w0 = exp2f(m0 - base), w1 = exp2f(m1 - base);
+    if (s0 < p.splits) wgt[s0] = w0;
+    if (s1 < p.splits) wgt[s1] = w1;
+    float sum = fmaf(l1, w1, l0 * w0);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (tid == 0) total = sum;
   }
-  static_cast<T*>(p.out)[row * D + d] = from_float<T>(r);
+  __syncthreads();
+  const int j = tid / kVecs, c = tid % kVecs;
+  const float4* part = reinterpret_cast<const float4*>(p.partials + row * p.splits * D) + c;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int i = 0; i < kPerGroup; ++i) {
+    const int s = j + i * kGroups;
+    if (s < p.splits) {
+      const float4 v = part[int64_t{s} * kVecs];
+      const float w = wgt[s];
+      a.x = fmaf(v.x, w, a.x);
+      a.y = fmaf(v.y, w, a.y);
+      a.z = fmaf(v.z, w, a.z);
+      a.w = fmaf(v.w, w, a.w);
+    }
+  }
+  acc[j][c] = a;
+  __syncthreads();
+  if (tid >= kVecs) return;
+  float4 r = acc[0][c];
+#pragma unroll
+  for (int g = 1; g < kGroups; ++g) {
+    r.x += acc[g][c].x;
+    r.y += acc[g][c].y;
+    r.z += acc[g][c].z;
+    r.w += acc[g][c].w;
+  }
+  const bool valid = length_valid(p, p.lengths[row / p.q_heads]);
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  T* out = static_cast<T*>(p.out) + row * D + 4 * c;
+  out[0] = from_float<T>(valid ? r.x * inv : NAN);
+  out[1] = from_float<T>(valid ? r.y * inv : NAN);
+  out[2] = from_float<T>(valid ? r.z * inv : NAN);
+  out[3] = from_float<T>(valid ? r.w * inv : NAN);
 }
 
 }  // namespace decode

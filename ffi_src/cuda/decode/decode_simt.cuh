@@ -42,7 +42,7 @@ __device__ __forceinline__ int elem_offset(int lane, int c) {
 template <class T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   using S = Shape<T, D, G>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   T* stages = reinterpret_cast<T*>(smem_raw);
   __shared__ float sm_max[S::kSlots][G], sm_sum[S::kSlots][G];
 
