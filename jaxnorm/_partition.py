@@ -107,11 +107,19 @@ def _partitioned(op, raw, static_params, avals_in):
     return fn
 
 
+def _manual(axis_context) -> bool:
+    """Whether the op is lowered inside shard_map (some mesh axes in manual mode): the values
+    are per-device there, and a custom call on them needs no partitioner."""
+    return bool(getattr(axis_context, "manual_axes", None))
+
+
 def row_sharded_lowering(ctx, *args, op, raw, **params):
     """Lowers `raw` (the op's direct custom call) through custom_partitioning."""
-    if ctx.module_context.lowering_parameters.for_export:
+    if ctx.module_context.lowering_parameters.for_export or _manual(ctx.module_context.axis_context):
         # custom_partitioning's partitioner callback cannot be serialized: an exported artifact
-        # holds the plain custom call (XLA gathers around it when the artifact is sharded).
+        # holds the plain custom call (XLA gathers around it when the artifact is sharded). Inside
+        # shard_map the operands are already each device's own: nothing is left to partition
+        # (and XLA 0.11's partitioner crashes on the callback under shard_map's transpose).
         return mlir.lower_fun(lambda *a: raw.bind(*a, **params), multiple_results=True)(ctx, *args)
     fn = _partitioned(op, raw, tuple(sorted(params.items())), tuple(ctx.avals_in))
     return mlir.lower_fun(lambda *a: list(fn(*a)), multiple_results=True)(ctx, *args)

@@ -216,7 +216,7 @@ def define_jvp_by_formula(prim: Primitive, formula: Callable) -> None:
     ad.primitive_jvps[prim] = jvp
 
 
-def formula_primitive(name: str, formula: Callable, specs: tuple[str, ...]) -> Primitive:
+class FormulaPrimitive:
     """A primitive computed by a jax.numpy `formula(*operands, **params) -> list of arrays`.
 
     For the tangent maps of the kernels (jax.jvp evaluates them with jnp; the op's module gives
@@ -224,24 +224,67 @@ def formula_primitive(name: str, formula: Callable, specs: tuple[str, ...]) -> P
     kernel). Being a primitive keeps it whole through linearization, so the transpose rule sees
     it; its own derivatives (second order) are jax.jvp of the formula, and vmap folds batch axes
     into rows per the operand `specs` as for FfiOp, re-binding the primitive.
+
+    Absent optional operands (empty placeholders at "?" specs) are not bound: the primitive
+    re-creates them, so they never become residuals of reverse mode. (A zero-size residual
+    crossing a shard_map boundary crashes Shardy's partitioner in jax 0.11.)
     """
-    prim = Primitive(name)
-    prim.multiple_results = True
-    prim.def_impl(lambda *args, **params: formula(*args, **params))
 
-    def abstract(*avals, **params):
-        outs = jax.eval_shape(partial(formula, **params), *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals))
-        return [result_aval(avals, o.shape, o.dtype) for o in outs]
+    def __init__(self, name: str, formula: Callable, specs: tuple[str, ...]):
+        self.formula, self.specs = formula, specs
+        prim = self.prim = Primitive(name)
+        prim.multiple_results = True
+        full = self._full
+        prim.def_impl(lambda *args, absent, **params: formula(*full(args, absent), **params))
 
-    def jvp(primals, tangents, **params):
-        tangents = [ad.instantiate_zeros(t) for t in tangents]
-        return jax.jvp(partial(formula, **params), tuple(primals), tuple(tangents))
+        def abstract(*avals, absent, **params):
+            shapes = (jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals)
+            outs = jax.eval_shape(lambda *a: formula(*full(a, absent), **params), *shapes)
+            return [result_aval(avals, o.shape, o.dtype) for o in outs]
 
-    prim.def_abstract_eval(abstract)
-    mlir.register_lowering(prim, mlir.lower_fun(formula, multiple_results=True))
-    ad.primitive_jvps[prim] = jvp
-    batching.primitive_batchers[prim] = partial(_batching, specs=specs, prim=prim)
-    return prim
+        def jvp(primals, tangents, absent, **params):
+            tangents = [ad.instantiate_zeros(t) for t in tangents]
+            return jax.jvp(lambda *a: formula(*full(a, absent), **params), tuple(primals), tuple(tangents))
+
+        def batch(args, dims, absent, **params):
+            present = tuple(sp for i, sp in enumerate(specs) if i not in dict(absent))
+            return _batching(args, dims, specs=present, prim=prim, absent=absent, **params)
+
+        prim.def_abstract_eval(abstract)
+        mlir.register_lowering(
+            prim, mlir.lower_fun(lambda *a, absent, **params: formula(*full(a, absent), **params), multiple_results=True))
+        ad.primitive_jvps[prim] = jvp
+        batching.primitive_batchers[prim] = batch
+
+    @staticmethod
+    def _full(present, absent):
+        """The operand list with the absent placeholders ((index, dtype) pairs) put back."""
+        args, it = [], iter(present)
+        where = dict(absent)
+        for i in range(len(present) + len(where)):
+            args.append(empty_placeholder(where[i]) if i in where else next(it))
+        return args
+
+    def bind(self, *operands, **params):
+        absent = tuple((i, np.dtype(a.dtype)) for i, (a, spec) in enumerate(zip(operands, self.specs))
+                       if spec.endswith("?") and a.shape == (0,))
+        where = dict(absent)
+        return self.prim.bind(*(a for i, a in enumerate(operands) if i not in where), absent=absent, **params)
+
+    def def_transpose(self, rule: Callable) -> None:
+        """`rule(cts, *operands, **params)` sees every operand (absent ones as placeholders) and
+        returns a cotangent (or None) for each; those of absent operands are dropped."""
+
+        def transpose(cts, *present, absent, **params):
+            out = rule(cts, *self._full(present, absent), **params)
+            where = dict(absent)
+            return [c for i, c in enumerate(out) if i not in where]
+
+        ad.primitive_transposes[self.prim] = transpose
+
+
+def formula_primitive(name: str, formula: Callable, specs: tuple[str, ...]) -> FormulaPrimitive:
+    return FormulaPrimitive(name, formula, specs)
 
 
 def empty_placeholder(dtype=jnp.float32):

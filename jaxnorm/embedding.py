@@ -178,7 +178,7 @@ def _bwd_transpose(cts, dout, order, sorted_index, *, rows, scale):
 
 
 ad.primitive_jvps[embed_fwd_p] = _fwd_jvp
-ad.primitive_transposes[embed_tangent_p] = _tangent_transpose
+embed_tangent_p.def_transpose(_tangent_transpose)
 ad.primitive_jvps[embed_bwd_p] = _bwd_jvp
 ad.primitive_transposes[embed_bwd_p] = _bwd_transpose
 

@@ -202,5 +202,5 @@ def _fwd_jvp(primals, tangents, *, epsilon, centered, has_scale, has_bias, memor
 
 
 ad.primitive_jvps[norm_fwd_p] = _fwd_jvp
-ad.primitive_transposes[norm_tangent_p] = _tangent_transpose
+norm_tangent_p.def_transpose(_tangent_transpose)
 define_jvp_by_formula(norm_bwd_p, _bwd_formula)

@@ -125,5 +125,5 @@ def _fwd_jvp(primals, tangents, *, log, has_mask):
 
 
 ad.primitive_jvps[softmax_fwd_p] = _fwd_jvp
-ad.primitive_transposes[softmax_tangent_p] = _tangent_transpose
+softmax_tangent_p.def_transpose(_tangent_transpose)
 define_jvp_by_formula(softmax_bwd_p, _bwd_formula)

@@ -168,3 +168,24 @@ def test_embedding_jvp_and_second_order(with_pos_table, rng):
         assert_close(a, b, 1e-5)
     hlo = jax.jit(jax.grad(loss(g), argnums=argnums)).lower(*primals).as_text()
     assert "@jaxnorm_embed_bwd(" in hlo
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("rms_norm, no scale", lambda x, t: jaxnorm.rms_norm(x)),
+        ("layer_norm, no scale or bias", lambda x, t: jaxnorm.layer_norm(x)),
+        ("layer_norm, memory-efficient", lambda x, t: jaxnorm.layer_norm(x, memory_efficient=True)),
+        ("softmax, no mask", lambda x, t: jaxnorm.softmax(x)),
+        ("embed_with_position, no pos table",
+         lambda x, t: jaxnorm.embed_with_position(jnp.array([3, 1, 4]), t, position=jnp.array([0, 1, 2]))),
+    ],
+)
+def test_reverse_mode_saves_no_empty_residual(name, fn, rng):
+    """Absent optional operands (empty placeholders) are never saved for the backward pass: a
+    zero-size residual crossing a shard_map boundary crashes Shardy in jax 0.11."""
+    x = jnp.asarray(rng.normal(size=(6, 32)), F32)
+    table = jnp.asarray(rng.normal(size=(8, 32)), F32)
+    _, pullback = jax.vjp(fn, x, table)
+    empty = [r.shape for r in jax.tree.leaves(pullback) if hasattr(r, "shape") and r.size == 0]
+    assert not empty, (name, empty)

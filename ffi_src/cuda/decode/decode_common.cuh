@@ -126,21 +126,6 @@ __device__ __forceinline__ void load_stage(T* buf, const Rows<T>& src, int64_t p
   }
 }
 
-// Rows [row0, row0 + kRows) of K and V requested into L2 by the bulk-copy engine (Hopper), one
-// row a thread: no registers, no wait; the ring's later cp.async copies then find them in L2.
-template <int kRows, int D, class T>
-__device__ __forceinline__ void prefetch_stage_l2(const Rows<T>& src, int64_t pos_stride, int row0, int end) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  for (int i = threadIdx.x; i < 2 * kRows; i += kThreads) {
-    const int pos = row0 + i % kRows;
-    if (pos < end) {
-      const T* row = (i < kRows ? src.k : src.v) + pos * pos_stride;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(static_cast<uint32_t>(D * sizeof(T))));
-    }
-  }
-#endif
-}
-
 // Merges the CTA's kSlots partial states per head (max, sum in sm_max/sm_sum [kSlots][kHeads],
 // weighted V in sm_acc [kSlots][kHeads][D]) in slot order, and writes the output (one split) or
 // the split's partial state.

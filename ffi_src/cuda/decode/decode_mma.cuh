@@ -29,7 +29,6 @@ struct MmaShape {
   // 16 KB (D = 64) to 64 KB (D = 256) a stage: at least two stages in flight per CTA, and 128 KB
   // or more per SM, for every head_dim.
   static constexpr int kStages = D == 64 ? 4 : 3;
-  static constexpr int kPrefetchStages = 0;  // stages requested into L2 beyond the ring
   static constexpr int kStageElems = 2 * kRows * D;  // K rows, then V rows
   static constexpr size_t kSmemBytes = size_t{kStages} * kStageElems * sizeof(T);
   static_assert(sizeof(T) == 2 && D % 64 == 0, "16-bit caches, head_dim a multiple of 64 (swizzle of 8 pieces)");
@@ -94,18 +93,12 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
     }
     cp_async_commit();
   }
-  for (int st = S::kStages - 1; st < S::kStages - 1 + S::kPrefetchStages && st < n_stages; ++st) {
-    prefetch_stage_l2<S::kRows, D>(src, p.pos_stride, w.start + st * S::kRows, w.end);
-  }
   const int r0 = 16 * warp;  // this warp's rows of every stage
   for (int it = 0; it < n_stages; ++it) {
     const int next = it + S::kStages - 1;
     if (next < n_stages) {
       load_stage<S::kRows, D, true>(stages + (next % S::kStages) * S::kStageElems, src, p.pos_stride,
                                     w.start + next * S::kRows, w.end);
-    }
-    if (S::kPrefetchStages > 0 && next + S::kPrefetchStages < n_stages) {
-      prefetch_stage_l2<S::kRows, D>(src, p.pos_stride, w.start + (next + S::kPrefetchStages) * S::kRows, w.end);
     }
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();
