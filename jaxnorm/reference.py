@@ -224,13 +224,14 @@ def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, sc
         values = jnp.where(at & valid[:, None, None, None], v_new[:, :, None, :], v_cache)
     n = lengths + (1 if append else 0)
     qg = q.reshape(b, hkv, hq // hkv, d).astype(dt)
-    s = jnp.einsum("bhgd,bhld->bhgl", qg, keys.astype(dt)) * scale
+    # Full float32 products: GPUs would otherwise take float32 dots in TF32 (10-bit mantissas).
+    s = jnp.einsum("bhgd,bhld->bhgl", qg, keys.astype(dt), precision="highest") * scale
     mask = (jnp.arange(max_len)[None, :] < n[:, None])[:, None, None, :]
     s = jnp.where(mask, s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
     e = jnp.where(mask, jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0)), 0)
     tot = jnp.sum(e, axis=-1, keepdims=True)
-    o = jnp.einsum("bhgl,bhld->bhgd", e, values.astype(dt)) / jnp.where(tot > 0, tot, 1)
+    o = jnp.einsum("bhgl,bhld->bhgd", e, values.astype(dt), precision="highest") / jnp.where(tot > 0, tot, 1)
     o = jnp.where(valid[:, None, None, None], o, jnp.nan).reshape(b, hq, d).astype(q.dtype)
     if not append:
         return o
