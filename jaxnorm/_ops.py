@@ -68,12 +68,17 @@ SAMPLE = FfiOp(
     operands=("R,C", "N,*", "N", "N", "N", "N"),  # logits, keys, temperature, top_k, top_p, log min_p
     results=(("R", np.int32),),
     attrs=(),
+    row_sharded=True,
+    # One key shared by the batch numbers the rows globally in the Philox counter: a device
+    # holding rows 16-31 must not number them 0-15. A key per row makes each row independent.
+    rows_local=lambda avals: avals[1].shape[0] == avals[0].shape[0],
 )
 FILTER = FfiOp(
     name="jaxnorm_filter",
     operands=("R,C", "N", "N", "N"),  # logits, top_k, top_p, log min_p
     results=(("R,C", "x"),),
     attrs=(),
+    row_sharded=True,
 )
 TOP_K = FfiOp(
     name="jaxnorm_top_k",

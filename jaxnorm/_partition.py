@@ -32,16 +32,35 @@ def _symbols(spec: str) -> list[str]:
     return spec.rstrip("?").split(",")
 
 
+def _per_row(spec: str, shape, n_rows: int) -> bool:
+    """Whether an operand's first axis is the rows: "R", or a grouped "N" with one entry a row."""
+    first = _symbols(spec)[0]
+    return first == "R" or (first == "N" and len(shape) > 0 and shape[0] == n_rows)
+
+
+def splits_rows(op, avals_in) -> bool:
+    """Whether each device may run the op on its rows alone: every grouped ("N") operand holds
+    one entry for all rows or one a row (not one per vmapped example), and the op's own
+    condition holds (sample: a key per row, since one shared key numbers the rows globally)."""
+    n_rows = avals_in[0].shape[0]
+    for spec, aval in zip(op.operands, avals_in):
+        if _symbols(spec)[0] == "N" and aval.shape[0] not in (1, n_rows):
+            return False
+    return op.rows_local is None or op.rows_local(avals_in)
+
+
 def _sharding_rule(operands, results, avals_in) -> str:
-    """Shardy's einsum-like rule: one factor per named dimension, "r" for the rows; absent
-    optional operands (empty placeholders) and "*" dimensions get factors of their own."""
+    """Shardy's einsum-like rule: one factor per named dimension, "r" for the rows (and for
+    grouped "N" axes with one entry a row); absent optional operands (empty placeholders), other
+    "N" axes and "*" dimensions get factors of their own."""
     letters = iter(string.ascii_lowercase.replace("r", ""))
     names = {"R": "r"}
+    n_rows = avals_in[0].shape[0]
 
     def factor(sym):
-        if sym == "*" or sym not in names:
+        if sym in ("*", "N") or sym not in names:
             f = next(letters)
-            if sym != "*":
+            if sym not in ("*", "N"):
                 names[sym] = f
             return f
         return names[sym]
@@ -49,10 +68,13 @@ def _sharding_rule(operands, results, avals_in) -> str:
     def side(specs, avals):
         out = []
         for spec, aval in zip(specs, avals):
+            syms = _symbols(spec)
             if aval is not None and spec.endswith("?") and aval.shape == (0,):
                 out.append(next(letters))
+            elif aval is not None and syms[0] == "N" and _per_row(spec, aval.shape, n_rows):
+                out.append(" ".join(["r"] + [factor(s) for s in syms[1:]]))
             else:
-                out.append(" ".join(factor(s) for s in _symbols(spec)))
+                out.append(" ".join(factor(s) for s in syms))
         return ", ".join(out)
 
     return f"{side(operands, avals_in)} -> {side(results, [None] * len(results))}"
@@ -64,10 +86,10 @@ def _row_axes(arg_shapes, params):
     return None if params.get("groups", 1) != 1 else rows
 
 
-def _shardings(specs, shapes, mesh, rows, absent_ok):
+def _shardings(specs, shapes, mesh, rows, absent_ok, n_rows):
     out = []
     for spec, shape in zip(specs, shapes):
-        is_rows = _symbols(spec)[0] == "R" and not (absent_ok and spec.endswith("?") and shape == (0,))
+        is_rows = _per_row(spec, shape, n_rows) and not (absent_ok and spec.endswith("?") and shape == (0,))
         pspec = PartitionSpec(rows, *([None] * (len(shape) - 1))) if is_rows else PartitionSpec()
         out.append(NamedSharding(mesh, pspec))
     return tuple(out)
@@ -84,14 +106,15 @@ def _partitioned(op, raw, static_params, avals_in):
     def result_shardings(mesh, arg_shapes, result_shape):
         rows = _row_axes(arg_shapes, params)
         shapes = [r.shape for r in jax.tree.leaves(result_shape)]
-        return rows, _shardings(result_specs, shapes, mesh, rows, absent_ok=False)
+        return rows, _shardings(result_specs, shapes, mesh, rows, absent_ok=False, n_rows=arg_shapes[0].shape[0])
 
     def infer(mesh, arg_shapes, result_shape):
         return result_shardings(mesh, arg_shapes, result_shape)[1]
 
     def partition(mesh, arg_shapes, result_shape):
         rows, res = result_shardings(mesh, arg_shapes, result_shape)
-        args = _shardings(op.operands, [a.shape for a in arg_shapes], mesh, rows, absent_ok=True)
+        args = _shardings(op.operands, [a.shape for a in arg_shapes], mesh, rows, absent_ok=True,
+                          n_rows=arg_shapes[0].shape[0])
 
         def lower(*args):
             outs = raw.bind(*args, **params)
@@ -115,11 +138,13 @@ def _manual(axis_context) -> bool:
 
 def row_sharded_lowering(ctx, *args, op, raw, **params):
     """Lowers `raw` (the op's direct custom call) through custom_partitioning."""
-    if ctx.module_context.lowering_parameters.for_export or _manual(ctx.module_context.axis_context):
+    if (ctx.module_context.lowering_parameters.for_export or _manual(ctx.module_context.axis_context)
+            or not splits_rows(op, ctx.avals_in)):
         # custom_partitioning's partitioner callback cannot be serialized: an exported artifact
         # holds the plain custom call (XLA gathers around it when the artifact is sharded). Inside
         # shard_map the operands are already each device's own: nothing is left to partition
-        # (and XLA 0.11's partitioner crashes on the callback under shard_map's transpose).
+        # (and XLA 0.11's partitioner crashes on the callback under shard_map's transpose). Ops
+        # whose rows depend on each other (see splits_rows) are gathered by XLA, correctly.
         return mlir.lower_fun(lambda *a: raw.bind(*a, **params), multiple_results=True)(ctx, *args)
     fn = _partitioned(op, raw, tuple(sorted(params.items())), tuple(ctx.avals_in))
     return mlir.lower_fun(lambda *a: list(fn(*a)), multiple_results=True)(ctx, *args)

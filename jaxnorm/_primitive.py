@@ -65,6 +65,8 @@ class FfiOp:
     aliases: tuple[tuple[int, int], ...] = ()
     # Under jit with sharded rows, each device runs the kernel on its rows (jaxnorm._partition).
     row_sharded: bool = False
+    # (avals_in) -> whether these operands let each device take its rows alone (None: always).
+    rows_local: Callable[[Sequence[ShapedArray]], bool] | None = None
 
 
 # Every FFI target jaxnorm lowers to, by name, in the order declared: filled by make_primitive so

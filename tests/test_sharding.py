@@ -152,6 +152,32 @@ JIT_SCRIPT = textwrap.dedent(
     for g, w in zip(got, want):
         assert np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max() < 1e-5
         assert g.sharding.spec[0] == ("b", "s"), g.sharding
+    # Sampling: filter_logits always, sample with a key per row, each device on its own rows and
+    # bit-equal to the unsharded call; one key shared by the batch numbers rows globally, so that
+    # call is not split (XLA gathers) and still equals the unsharded tokens.
+    def no_gather(what, f, *args):
+        compiled = jax.jit(f).lower(*args).compile().as_text()
+        assert "all-gather" not in compiled and "all-to-all" not in compiled, (what, "gathers")
+        assert " all-reduce(" not in compiled and "all-reduce-start(" not in compiled, (what, "reduces")
+
+    def same(what, got, want):
+        assert np.array_equal(np.asarray(got), np.asarray(want)), what
+        assert got.sharding.spec[0] == ("b", "s"), (what, got.sharding)
+
+    local = lambda a: jnp.asarray(np.asarray(a))  # the same values on one device
+    k_rows = jax.device_put(jnp.asarray(rng.integers(1, 30, size=(8, 6)), jnp.int32), rows)
+    p_rows = jax.device_put(jnp.asarray(rng.uniform(0.3, 1.0, size=(8, 6)), jnp.float32), rows)
+    filt = lambda x, k, p: jaxnorm.filter_logits(x, top_k=k, top_p=p, min_p=0.05)
+    no_gather("filter_logits", filt, x, k_rows, p_rows)
+    same("filter_logits", jax.jit(filt)(x, k_rows, p_rows), filt(local(x), local(k_rows), local(p_rows)))
+    keys = jax.device_put(jax.random.split(jax.random.key(7), 48).reshape(8, 6), rows)
+    samp = lambda key, x, k: jaxnorm.sample(key, x, temperature=0.8, top_k=k, top_p=0.9)
+    no_gather("sample, a key per row", samp, keys, x, k_rows)
+    same("sample, a key per row", jax.jit(samp)(keys, x, k_rows),
+         samp(jax.random.wrap_key_data(local(jax.random.key_data(keys))), local(x), local(k_rows)))
+    one = jax.random.key(3)
+    got = jax.jit(lambda x: jaxnorm.sample(one, x, top_k=10))(x)
+    assert np.array_equal(np.asarray(got), np.asarray(jaxnorm.sample(one, local(x), top_k=10))), "sample, one key"
     print("jit sharding ok")
     """
 )
