@@ -233,7 +233,7 @@ class FormulaPrimitive:
     """
 
     def __init__(self, name: str, formula: Callable, specs: tuple[str, ...]):
-        self.formula, self.specs = formula, specs
+        self.specs = specs
         prim = self.prim = Primitive(name)
         prim.multiple_results = True
         full = self._full

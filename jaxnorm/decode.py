@@ -26,7 +26,6 @@ Scores and the softmax are float32 whatever the cache dtype; the output has q's 
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -48,10 +47,9 @@ _MIN_SPLIT = 64
 _MAX_SPLITS = 64
 
 
-def decode_splits(batch: int, kv_heads: int, group: int, max_len: int) -> int:
+def decode_splits(batch: int, kv_heads: int, max_len: int) -> int:
     """The most parts the CUDA kernel may cut each sequence into (sizes its workspace; a function
-    of the shapes only). ``group`` is unused: a CTA's heads never make fewer CTAs than kv heads."""
-    del group
+    of the shapes only). A CTA per kv head at least, whatever the group size."""
     ctas = max(1, batch * kv_heads)
     return max(1, min(_MAX_SPLITS, -(-max_len // _MIN_SPLIT), -(-_MAX_CTAS // ctas)))
 
@@ -120,7 +118,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, sc
     scale = head_dim**-0.5 if scale is None else scale
     if not isinstance(scale, (int, float, np.floating)) or isinstance(scale, bool):
         raise TypeError(f"{fn}: `scale` must be a Python float, got {type(scale).__name__}")
-    params = dict(scale=float(scale), splits=decode_splits(batch, kv_heads, q_heads // kv_heads, max_len),
+    params = dict(scale=float(scale), splits=decode_splits(batch, kv_heads, max_len),
                   blhd=layout == "BLHD")
     lengths = lengths.astype(jnp.int32)
     if batch == 0 or q_heads == 0:

@@ -192,13 +192,13 @@ def test_loop_updates_the_cache_without_copies(rng):
 
 def test_splits_depend_on_shape_only():
     # The workspace's bound on the CUDA handler's splits (it picks one wave of resident CTAs).
-    assert decode_splits(64, 8, 4, 8192) == 2  # 512 CTAs unsplit: room for 1024
-    assert decode_splits(1, 8, 4, 131072) == 64  # capped
-    assert decode_splits(1, 8, 4, 4096) == 64  # 64 positions a split at least
-    assert decode_splits(1, 8, 4, 1000) == 16
-    assert decode_splits(1, 1, 12, 4096) == 64
-    assert decode_splits(1, 8, 4, 60) == 1  # shorter than one split
-    assert decode_splits(256, 8, 4, 8192) == 1  # 2048 CTAs already
+    assert decode_splits(64, 8, 8192) == 2  # 512 CTAs unsplit: room for 1024
+    assert decode_splits(1, 8, 131072) == 64  # capped
+    assert decode_splits(1, 8, 4096) == 64  # 64 positions a split at least
+    assert decode_splits(1, 8, 1000) == 16
+    assert decode_splits(1, 1, 4096) == 64
+    assert decode_splits(1, 8, 60) == 1  # shorter than one split
+    assert decode_splits(256, 8, 8192) == 1  # 2048 CTAs already
 
 
 def test_not_differentiable(rng):
