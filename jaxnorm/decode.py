@@ -26,7 +26,6 @@ Scores and the softmax are float32 whatever the cache dtype; the output has q's 
 
 from __future__ import annotations
 
-
 import numpy as np
 
 import jax
