@@ -161,6 +161,27 @@ EMBED_BWD = FfiOp(
     attrs=("scale",),
 )
 
+# Causal linear attention, one multilinear kernel for the forward and every derivative: for rows r
+# (batch x heads) and positions i, out[r, i] = sum over j <= i (j >= i if `reverse`) of
+# (a[r, i] . b[r, j]) c[r, j], and den[r, i] the same sum without c (float32); with `normalize`,
+# out = num / (den + eps). Workspace: the states of up to `parts` pieces of each sequence
+# (K x V sums, then the K column sums), so a few long sequences still fill the GPU.
+def _linear_attention_workspace(avals_in, params):
+    rows, _, k_dim = avals_in[0].shape
+    v_dim = avals_in[2].shape[2]
+    parts = params["parts"]
+    return [ShapedArray((rows * parts * k_dim * (v_dim + 1) if parts > 1 else 0,), F32)]
+
+
+LINEAR_ATTENTION = FfiOp(
+    name="jaxnorm_linear_attention",
+    operands=("R,L,K", "R,L,K", "R,L,V"),
+    results=(("R,L,V", "x"), ("R,L", F32)),
+    attrs=("normalize", "eps", "reverse", "parts"),
+    workspace=_linear_attention_workspace,
+    row_sharded=True,
+)
+
 norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
 softmax_fwd_p = make_primitive(SOFTMAX_FWD)
@@ -175,5 +196,6 @@ decode_p = make_primitive(DECODE)
 decode_append_p = make_primitive(DECODE_APPEND)
 embed_fwd_p = make_primitive(EMBED_FWD)
 embed_bwd_p = make_primitive(EMBED_BWD)
+linear_attention_p = make_primitive(LINEAR_ATTENTION)
 
 TARGETS = tuple(FFI_OPS)  # every target above, in declaration order

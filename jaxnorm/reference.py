@@ -280,3 +280,61 @@ def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
     else:
         pe = pos_table[jnp.clip(position, 0, pos_table.shape[0] - 1)].astype(jnp.float32)
     return (rows + pe).astype(table.dtype)
+
+
+# ---- causal linear attention (jaxnorm.linear_attention states the conventions in words) ----
+
+
+def linear_attention_feature_map(x, feature_map="elu+1"):
+    """``elu(x) + 1``, the identity, or a callable, in the compute dtype."""
+    dt = _compute_dtype(x)
+    if callable(feature_map):
+        return feature_map(x).astype(dt)
+    xf = x.astype(dt)
+    return jax.nn.elu(xf) + 1 if feature_map == "elu+1" else xf
+
+
+def linear_attention(q, k, v, *, causal=True, feature_map="elu+1", normalize=True, eps=1e-6):
+    """The quadratic masked form, ``[batch, heads, len, d]``: scores ``phi(q) phi(k)^T``, lower
+    triangle (causal) or all, times v; divided by the scores' row sums + eps (``normalize``)."""
+    dt = _compute_dtype(q)
+    qm, km = linear_attention_feature_map(q, feature_map), linear_attention_feature_map(k, feature_map)
+    a = jnp.einsum("bhik,bhjk->bhij", qm, km, precision="highest")
+    if causal:
+        n = q.shape[2]
+        a = jnp.where(jnp.tril(jnp.ones((n, n), bool)), a, 0)
+    out = jnp.einsum("bhij,bhjv->bhiv", a, v.astype(dt), precision="highest")
+    if normalize:
+        out = out / (a.sum(-1, keepdims=True) + eps)
+    return out.astype(q.dtype)
+
+
+def linear_attention_state(k, v, feature_map="elu+1"):
+    """The state after the last position: ``(S = phi(K)^T V, z = sum_j phi(k_j))``."""
+    km = linear_attention_feature_map(k, feature_map)
+    return (jnp.einsum("bhlk,bhlv->bhkv", km, v.astype(km.dtype), precision="highest"), km.sum(axis=2))
+
+
+def linear_attention_recurrent(q, k, v, *, feature_map="elu+1", normalize=True, eps=1e-6, state=None):
+    """The causal form as the recurrence over positions (a scan): for long sequences, where the
+    quadratic form does not fit. Returns ``(out, (S, z))``."""
+    dt = _compute_dtype(q)
+    qm, km = linear_attention_feature_map(q, feature_map), linear_attention_feature_map(k, feature_map)
+    b, h, _, dk = q.shape
+    dv = v.shape[3]
+    if state is None:
+        state = (jnp.zeros((b, h, dk, dv), dt), jnp.zeros((b, h, dk), dt))
+
+    def step(carry, x):
+        s, z = carry
+        qi, ki, vi = x
+        s = s + ki[..., :, None] * vi[..., None, :]
+        z = z + ki
+        num = jnp.einsum("bhk,bhkv->bhv", qi, s, precision="highest")
+        if normalize:
+            num = num / (jnp.einsum("bhk,bhk->bh", qi, z, precision="highest")[..., None] + eps)
+        return (s, z), num
+
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (qm, km, v.astype(dt)))
+    state, out = jax.lax.scan(step, tuple(s.astype(dt) for s in state), xs)
+    return jnp.moveaxis(out, 0, 2).astype(q.dtype), state

@@ -180,6 +180,21 @@ auto decode_attention_signature(B b) {
   }
 }
 
+// linear_attention: a, b, c -> out, den (f32), workspace (f32); see common/linear_attention_args.h.
+template <class B>
+auto linear_attention_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<bool>("normalize")
+      .template Attr<float>("eps")
+      .template Attr<bool>("reverse")
+      .template Attr<int64_t>("parts");
+}
+
 template <class B>
 auto embed_fwd_signature(B b) {
   return std::move(b).template Arg<ffi::AnyBuffer>()

@@ -20,6 +20,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionAppendCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedBwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormLinearAttentionCpu);
 
 NB_MODULE(_jaxnorm_cpu, m) {
   m.def("registrations", []() {
@@ -40,6 +41,7 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_decode_attention_append", JaxnormDecodeAttentionAppendCpu);
     JN_REGISTER(d, "jaxnorm_embed_fwd", JaxnormEmbedFwdCpu);
     JN_REGISTER(d, "jaxnorm_embed_bwd", JaxnormEmbedBwdCpu);
+    JN_REGISTER(d, "jaxnorm_linear_attention", JaxnormLinearAttentionCpu);
     return d;
   });
 }

@@ -1,0 +1,75 @@
+// Linear attention's operands, checked once for both platforms.
+//   a, b (R, L, K); c (R, L, V); one float dtype. Results: out (R, L, V) in that dtype, den (R, L)
+//   f32, workspace (R * parts * K * (V + 1) | 0) f32: per (row, part) the part's K x V state
+//   sum (row-major), then its K column sums of b.
+//   num_i = sum over j <= i (j >= i if reverse) of (a_i . b_j) c_j, den_i = the same sum of
+//   a_i . b_j; out = num / (den + eps) if normalize, else num.
+#pragma once
+
+#include <string>
+
+#include "common/ffi_util.h"
+
+namespace jaxnorm {
+
+struct LinearAttentionArgs {
+  int64_t rows = 0, len = 0, k_dim = 0, v_dim = 0, parts = 1;
+  float eps = 0.f;
+  bool normalize = false, reverse = false;
+  ffi::DataType dtype = ffi::DataType::F32;
+  const void *a = nullptr, *b = nullptr, *c = nullptr;
+  void* out = nullptr;
+  float* den = nullptr;
+  float* states = nullptr;  // the workspace, when parts > 1
+};
+
+inline ffi::Error linear_attention_error(const std::string& what) {
+  return ffi::Error::InvalidArgument("jaxnorm: linear_attention: " + what);
+}
+
+inline bool linear_attention_dim_ok(int64_t d) { return d == 32 || d == 64 || d == 128 || d == 256; }
+
+inline ffi::Error linear_attention_args(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const ffi::AnyBuffer& c,
+                                        ffi::AnyBuffer& out, ffi::AnyBuffer& den, ffi::AnyBuffer& workspace,
+                                        bool normalize, float eps, bool reverse, int64_t parts,
+                                        LinearAttentionArgs* x) {
+  auto ad = a.dimensions();
+  auto bd = b.dimensions();
+  auto cd = c.dimensions();
+  if (ad.size() != 3 || bd.size() != 3 || cd.size() != 3) return linear_attention_error("operands must be rank 3");
+  x->rows = ad[0];
+  x->len = ad[1];
+  x->k_dim = ad[2];
+  x->v_dim = cd[2];
+  x->dtype = a.element_type();
+  if (bd[0] != x->rows || bd[1] != x->len || bd[2] != x->k_dim || cd[0] != x->rows || cd[1] != x->len) {
+    return linear_attention_error("b must have a's shape and c a's rows and length");
+  }
+  if (!linear_attention_dim_ok(x->k_dim) || !linear_attention_dim_ok(x->v_dim)) {
+    return linear_attention_error("head dims must be 32, 64, 128 or 256");
+  }
+  if (b.element_type() != x->dtype || c.element_type() != x->dtype || out.element_type() != x->dtype) {
+    return linear_attention_error("operands and output must share one dtype");
+  }
+  if (x->len >= (int64_t{1} << 31) - 1) return linear_attention_error("len must be below 2^31 - 1");
+  JN_RETURN_IF_ERROR(check_size(out, x->rows * x->len * x->v_dim, "the output"));
+  JN_RETURN_IF_ERROR(check_dtype(den, ffi::DataType::F32, "den"));
+  JN_RETURN_IF_ERROR(check_size(den, x->rows * x->len, "den"));
+  x->parts = parts < 1 ? 1 : parts;
+  if (x->parts > 1) {
+    JN_RETURN_IF_ERROR(check_dtype(workspace, ffi::DataType::F32, "the workspace"));
+    JN_RETURN_IF_ERROR(check_size(workspace, x->rows * x->parts * x->k_dim * (x->v_dim + 1), "the workspace"));
+    x->states = static_cast<float*>(workspace.untyped_data());
+  }
+  x->normalize = normalize;
+  x->eps = eps;
+  x->reverse = reverse;
+  x->a = a.untyped_data();
+  x->b = b.untyped_data();
+  x->c = c.untyped_data();
+  x->out = out.untyped_data();
+  x->den = static_cast<float*>(den.untyped_data());
+  return ffi::Error::Success();
+}
+
+}  // namespace jaxnorm

@@ -1,0 +1,278 @@
+"""Causal linear attention ("Transformers are RNNs", Katharopoulos et al. 2020): with a feature
+map phi, softmax attention becomes
+
+    out_i = phi(q_i) . S_i / (phi(q_i) . z_i + eps),   S_i = sum_{j<=i} phi(k_j)^T v_j,
+                                                       z_i = sum_{j<=i} phi(k_j),
+
+linear in the sequence length. The kernel never forms S_i per position: it walks each sequence
+in chunks of 64 positions, the products inside a chunk on tensor cores (16-bit inputs) and the
+state S, z carried in float32 from chunk to chunk; a few long sequences are cut into parts whose
+states are summed in a fixed order, so the GPU stays full and results stay bitwise reproducible.
+
+**One multilinear kernel.** The kernel computes, for the rows (batch x heads),
+``num_i = sum_{j<=i} (a_i . b_j) c_j`` and ``den_i = sum_{j<=i} a_i . b_j`` (or over ``j >= i``).
+The forward is ``(a, b, c) = (phi(q), phi(k), v)``; each derivative is the same kernel with the
+operands permuted (``dq = K(dnum, v, k)``, ``dk = K'(v, dnum, q)``, ``dv = K'(k, q, dnum)``,
+K' summing over ``j >= i``), so forward mode, reverse mode and higher orders all run the kernel,
+and nothing per position is ever stored beyond the inputs, the output and ``den``.
+
+**Precision.** Sums and the state are float32. With 16-bit inputs, the chunk's scores
+``phi(q) phi(k)^T`` and the state are rounded to the input dtype before their products with v
+and q (as FlashAttention rounds its probabilities), so expect the input dtype's precision
+(about 3 significant digits for bfloat16) at every length; float32 inputs are computed in
+float32 throughout. The normalizer ``den + eps`` is float32.
+
+The non-causal form ``phi(Q) (phi(K)^T V) / (phi(Q) . sum_j phi(k_j))`` is two matrix products,
+which XLA already runs on tensor cores: ``causal=False`` computes it with jnp.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax.interpreters import ad
+
+from jaxnorm import _checks
+from jaxnorm._ops import linear_attention_p
+
+HEAD_DIMS = (32, 64, 128, 256)
+LAYOUTS = ("BHLD", "BLHD")
+FEATURE_MAPS = ("elu+1", "identity")
+CHUNK = 64  # positions a CTA step takes (the kernels' chunk); sizes the most parts below
+
+# The CUDA handler cuts each row's sequence into parts so the grid has about this many CTAs
+# (it knows the GPU); this fixes the most parts it may take, which sizes the workspace.
+_TARGET_CTAS = 1056
+_MAX_PARTS = 32
+
+
+def linear_attention_parts(rows: int, length: int, v_dim: int) -> int:
+    """The most pieces the CUDA kernel may cut each sequence into (a function of the shapes)."""
+    slices = -(-v_dim // 64)
+    want = -(-_TARGET_CTAS // max(1, rows * slices))
+    return max(1, min(_MAX_PARTS, -(-length // CHUNK), want))
+
+
+def _kernel(a, b, c, *, normalize=False, eps=0.0, reverse=False):
+    """The multilinear kernel on [rows, len, d] operands: (num or out, den float32)."""
+    rows, length, _ = a.shape
+    parts = linear_attention_parts(rows, length, c.shape[2])
+    return linear_attention_p.bind(a, b, c, normalize=bool(normalize), eps=float(eps), reverse=bool(reverse),
+                                   parts=parts)
+
+
+def _cumsum(x, reverse):
+    return jnp.flip(jnp.cumsum(jnp.flip(x, 1), axis=1), 1) if reverse else jnp.cumsum(x, axis=1)
+
+
+def _as(x, dtype):
+    return x.astype(dtype) if x.dtype != dtype else x
+
+
+def _jvp(primals, tangents, *, normalize, eps, reverse, parts):
+    a, b, c = primals
+    out, den = linear_attention_p.bind(a, b, c, normalize=normalize, eps=eps, reverse=reverse, parts=parts)
+    dnum = dden = None
+    for i, t in enumerate(tangents):
+        if type(t) is ad.Zero:
+            continue
+        ops = list(primals)
+        ops[i] = _as(t, a.dtype)
+        tn, td = linear_attention_p.bind(*ops, normalize=False, eps=0.0, reverse=reverse, parts=parts)
+        tn = tn.astype(jnp.float32)
+        dnum = tn if dnum is None else dnum + tn
+        if i < 2:  # den does not depend on c
+            dden = td if dden is None else dden + td
+    if dnum is None:
+        return (out, den), (ad.Zero.from_primal_value(out), ad.Zero.from_primal_value(den))
+    if dden is None:
+        dden = jnp.zeros_like(den)
+    if normalize:
+        d = den[..., None] + eps
+        dout = (dnum - out.astype(jnp.float32) * dden[..., None]) / d
+    else:
+        dout = dnum
+    return (out, den), (dout.astype(out.dtype), dden)
+
+
+def _transpose(cts, a, b, c, *, normalize, eps, reverse, parts):
+    """Cotangents of the unnormalized kernel, linear in whichever operand is undefined."""
+    if normalize:
+        raise NotImplementedError("jaxnorm: the normalized linear-attention kernel is not linear")
+    ct_num, ct_den = cts
+    undefined = [ad.is_undefined_primal(x) for x in (a, b, c)]
+    if sum(undefined) != 1:
+        raise NotImplementedError("jaxnorm: linear attention is linear in one operand at a time")
+    dtype = (a.aval if undefined[0] else a).dtype
+    num_zero, den_zero = type(ct_num) is ad.Zero, type(ct_den) is ad.Zero
+    kw = dict(normalize=False, eps=0.0, parts=parts)
+
+    def kernel(x, y, z, rev):
+        return linear_attention_p.bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), reverse=rev, **kw)[0]
+
+    out = [None, None, None]
+    if undefined[0]:  # num_i = sum_{j<=i} (a_i . b_j) c_j: d/da_i = sum_{j<=i} (ct_i . c_j) b_j
+        aval = a.aval
+        acc = jnp.zeros(aval.shape, jnp.float32)
+        if not num_zero:
+            acc = acc + kernel(ct_num, c, b, reverse).astype(jnp.float32)
+        if not den_zero:
+            acc = acc + ct_den[..., None] * _cumsum(b.astype(jnp.float32), reverse)
+        out[0] = acc.astype(aval.dtype)
+    elif undefined[1]:  # d/db_j = sum_{i>=j} (c_j . ct_i) a_i
+        aval = b.aval
+        acc = jnp.zeros(aval.shape, jnp.float32)
+        if not num_zero:
+            acc = acc + kernel(c, ct_num, a, not reverse).astype(jnp.float32)
+        if not den_zero:
+            acc = acc + _cumsum(ct_den[..., None] * a.astype(jnp.float32), not reverse)
+        out[1] = acc.astype(aval.dtype)
+    else:  # d/dc_j = sum_{i>=j} (b_j . a_i) ct_i
+        aval = c.aval
+        out[2] = (kernel(b, a, ct_num, not reverse) if not num_zero else jnp.zeros(aval.shape, aval.dtype))
+    return out
+
+
+ad.primitive_jvps[linear_attention_p] = _jvp
+ad.primitive_transposes[linear_attention_p] = _transpose
+
+
+def _feature_map(x, feature_map):
+    if callable(feature_map):
+        y = feature_map(x)
+        return y.astype(x.dtype) if hasattr(y, "astype") else jnp.asarray(y, x.dtype)
+    if feature_map == "elu+1":
+        return (jax.nn.elu(x.astype(jnp.float32)) + 1.0).astype(x.dtype)
+    return x
+
+
+def _check(fn, q, k, v, feature_map, eps, layout):
+    q = _checks.as_array(q, fn, "q")
+    k = _checks.as_array(k, fn, "k")
+    v = _checks.as_array(v, fn, "v")
+    _checks.check_input_dtype(q, fn, "q")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise TypeError(f"{fn}: `{name}` must have q's dtype {np.dtype(q.dtype)}, got {np.dtype(x.dtype)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"{fn}: `layout` must be one of {LAYOUTS}, got {layout!r}")
+    if not (callable(feature_map) or feature_map in FEATURE_MAPS):
+        raise ValueError(f"{fn}: `feature_map` must be one of {FEATURE_MAPS} or a callable, got {feature_map!r}")
+    if not isinstance(eps, (int, float, np.floating)) or isinstance(eps, bool) or not eps >= 0:
+        raise ValueError(f"{fn}: `eps` must be a Python float >= 0, got {eps!r}")
+    return q, k, v
+
+
+def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callable = "elu+1",
+                     normalize: bool = True, eps: float = 1e-6, layout: str = "BHLD",
+                     return_state: bool = False):
+    """Linear attention of every position over the positions up to it (``causal``) or all.
+
+    Args:
+      q, k: ``[batch, heads, len, d_k]`` (``layout="BHLD"``) or ``[batch, len, heads, d_k]``
+        (``"BLHD"``, transposed in jnp first); float32, bfloat16 or float16.
+      v: ``[batch, heads, len, d_v]`` (or ``[batch, len, heads, d_v]``), q's dtype.
+        d_k and d_v are each 32, 64, 128 or 256.
+      feature_map: ``"elu+1"`` (``elu(x) + 1``, computed in float32), ``"identity"`` (q and k
+        are already mapped) or a callable applied to q and k with jnp before the kernel (its
+        derivative comes from JAX).
+      normalize: divide by ``phi(q_i) . z_i + eps``; without it the output is the numerator.
+      eps: added to the normalizer (float32).
+      return_state: also return the state after the last position, ``(S [batch, heads, d_k,
+        d_v], z [batch, heads, d_k])`` in float32, for :func:`linear_attention_step`.
+
+    Returns:
+      ``out`` in q's layout and dtype (with ``return_state``: ``(out, (S, z))``).
+    """
+    fn = "linear_attention"
+    q, k, v = _check(fn, q, k, v, feature_map, eps, layout)
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"{fn}: q, k and v must be rank 4 ({layout}), got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if layout == "BLHD":
+        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+    if k.shape != q.shape:
+        raise ValueError(f"{fn}: `k` must have q's shape {tuple(q.shape)}, got {tuple(k.shape)} ({layout})")
+    if v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"{fn}: `v` must share q's batch, heads and len {tuple(q.shape[:3])}, "
+                         f"got shape {tuple(v.shape)} ({layout})")
+    batch, heads, length, d_k = q.shape
+    d_v = v.shape[3]
+    for name, d in (("d_k", d_k), ("d_v", d_v)):
+        if d not in HEAD_DIMS:
+            raise ValueError(f"{fn}: {name} must be one of {HEAD_DIMS}, got {d} (shapes q {tuple(q.shape)}, "
+                             f"v {tuple(v.shape)})")
+    if length >= 2**31 - 1:
+        raise ValueError(f"{fn}: len must be below 2^31 - 1, got {length}")
+    qm, km = _feature_map(q, feature_map), _feature_map(k, feature_map)
+    if causal:
+        if batch * heads * length == 0:
+            out = jnp.zeros((batch, heads, length, d_v), q.dtype)
+        else:
+            rows = batch * heads
+            out, _ = _kernel(qm.reshape(rows, length, d_k), km.reshape(rows, length, d_k),
+                             v.reshape(rows, length, d_v), normalize=normalize, eps=eps)
+            out = out.reshape(batch, heads, length, d_v)
+    else:
+        out = _non_causal(qm, km, v, normalize, eps)
+    if layout == "BLHD":
+        out = jnp.swapaxes(out, 1, 2)
+    if not return_state:
+        return out
+    kf = km.astype(jnp.float32)
+    state = (jnp.einsum("bhlk,bhlv->bhkv", kf, v.astype(jnp.float32), precision="highest"), kf.sum(axis=2))
+    return out, state
+
+
+def _non_causal(qm, km, v, normalize, eps):
+    f32 = jnp.float32
+    s = jnp.einsum("bhlk,bhlv->bhkv", km, v, preferred_element_type=f32)
+    num = jnp.einsum("bhlk,bhkv->bhlv", qm.astype(f32), s, precision="highest")
+    if normalize:
+        z = km.astype(f32).sum(axis=2)
+        num = num / (jnp.einsum("bhlk,bhk->bhl", qm.astype(f32), z, precision="highest")[..., None] + eps)
+    return num.astype(qm.dtype)
+
+
+def linear_attention_step(q, k, v, state, *, feature_map: str | Callable = "elu+1", normalize: bool = True,
+                          eps: float = 1e-6):
+    """One recurrent step: appends ``(k, v)`` to ``state`` and attends ``q`` over it.
+
+    Args:
+      q, k: ``[batch, heads, d_k]``; v: ``[batch, heads, d_v]``; one dtype.
+      state: ``(S [batch, heads, d_k, d_v], z [batch, heads, d_k])`` float32, as returned by
+        ``linear_attention(..., return_state=True)`` or a previous step (zeros to start).
+
+    Returns:
+      ``(out [batch, heads, d_v], new_state)``: the same as the causal ``linear_attention`` at
+      the next position. A step reads the state once; it is written in jnp, which XLA fuses
+      into one pass.
+    """
+    fn = "linear_attention_step"
+    q, k, v = _check(fn, q, k, v, feature_map, eps, "BHLD")
+    if q.ndim != 3 or k.shape != q.shape or v.ndim != 3 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"{fn}: q, k must be [batch, heads, d_k] and v [batch, heads, d_v], got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    try:
+        s, z = state
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{fn}: `state` must be a pair (S, z), got {type(state).__name__}") from e
+    batch, heads, d_k = q.shape
+    d_v = v.shape[2]
+    want = ((batch, heads, d_k, d_v), (batch, heads, d_k))
+    if tuple(jnp.shape(s)) != want[0] or tuple(jnp.shape(z)) != want[1]:
+        raise ValueError(f"{fn}: `state` must be (S {want[0]}, z {want[1]}), got "
+                         f"({tuple(jnp.shape(s))}, {tuple(jnp.shape(z))})")
+    f32 = jnp.float32
+    qm = _feature_map(q, feature_map).astype(f32)
+    km = _feature_map(k, feature_map).astype(f32)
+    s = s.astype(f32) + km[..., :, None] * v.astype(f32)[..., None, :]
+    z = z.astype(f32) + km
+    num = jnp.einsum("bhk,bhkv->bhv", qm, s, precision="highest")
+    if normalize:
+        num = num / (jnp.einsum("bhk,bhk->bh", qm, z, precision="highest")[..., None] + eps)
+    return num.astype(q.dtype), (s, z)
