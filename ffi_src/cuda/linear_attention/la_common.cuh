@@ -1,0 +1,67 @@
+// Causal linear attention on CUDA, shared by the tensor-core (la_mma.cuh) and CUDA-core
+// (la_simt.cuh) kernels: parameters, the work of a CTA, and the parts' states.
+//
+// A CTA takes one row (batch x head), one slice of c's columns and one part of the sequence (a
+// range of chunks), and walks the part's chunks in order (backwards when `reverse`), carrying the
+// state S (k_dim x slice, float32) and z (k_dim). With more than one part, a first launch
+// (`state_only`) writes each part's own sums to the workspace, and the second starts each part
+// from the sum of the parts before it, added in a fixed order: no atomics, bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device_types.cuh"
+
+namespace jaxnorm {
+namespace linattn {
+
+struct Params {
+  const void *a, *b, *c;
+  void* out;
+  float* den;
+  float* states;  // (rows, parts, K * (V + 1)): S row-major, then z
+  int64_t rows;
+  int len, v_dim, slices, parts, chunks, chunks_per_part;
+  float eps;
+  bool normalize, reverse, state_only;
+};
+
+struct Work {
+  int64_t row;
+  int slice, part, first, count;  // chunks [first, first + count) of the sequence
+};
+
+// The CTA's work: blockIdx.x = (row * slices + slice) * launched parts + index. The state-only
+// launch skips the part whose state nobody reads (the last one in walking order).
+__device__ __forceinline__ Work work_of(const Params& p) {
+  const int launched = p.state_only ? p.parts - 1 : p.parts;
+  Work w;
+  const int64_t x = blockIdx.x;
+  const int idx = static_cast<int>(x % launched);
+  const int64_t rs = x / launched;
+  w.slice = static_cast<int>(rs % p.slices);
+  w.row = rs / p.slices;
+  w.part = p.state_only && p.reverse ? idx + 1 : idx;
+  w.first = w.part * p.chunks_per_part;
+  const int end = min(p.chunks, w.first + p.chunks_per_part);
+  w.count = max(0, end - w.first);
+  return w;
+}
+
+// The chunk walked at step i of the CTA's part.
+__device__ __forceinline__ int chunk_at(const Params& p, const Work& w, int i) {
+  return p.reverse ? w.first + w.count - 1 - i : w.first + i;
+}
+
+template <int K>
+__device__ __forceinline__ float* part_state(const Params& p, int64_t row, int part) {
+  return p.states + (row * p.parts + part) * int64_t{K} * (p.v_dim + 1);
+}
+
+// Whether part q comes before part `part` in walking order (its state is in the prefix).
+__device__ __forceinline__ bool precedes(const Params& p, int q, int part) {
+  return p.reverse ? q > part : q < part;
+}
+
+}  // namespace linattn
+}  // namespace jaxnorm

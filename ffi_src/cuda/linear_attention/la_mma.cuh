@@ -1,0 +1,344 @@
+// Causal linear attention on tensor cores (16-bit operands, sm_80+), in chunks of 64 positions.
+//
+// Per chunk (a, b, c tiles in shared memory by cp.async, the next chunk's in flight while this
+// one is computed), each of the 4 warps takes 16 rows of the chunk:
+//   scores  P = a b^T (16 x 64, float32), masked to j <= i (j >= i if reverse): row sums -> den;
+//   out     = a S + P c          (S the state before the chunk, rounded to T in shared memory);
+//   den    += a . z              (float32, z in shared memory);
+// then the state S += b^T c (each warp owns a tile of S in registers, float32) and z += sum b.
+// P leaves its mma as C fragments and enters the next as A fragments (no shared memory).
+// float16 has no exponent range to spare: P's rows and S are scaled by powers of two before
+// rounding (exact), so long sequences and large scores do not overflow; bfloat16 needs none.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/linear_attention/la_common.cuh"
+#include "cuda/mma_sync.cuh"
+
+namespace jaxnorm {
+namespace linattn {
+
+constexpr int kChunk = 64;
+constexpr int kMmaThreads = 128;
+
+template <class T, int K, int NV>
+struct MmaShape {
+  static constexpr int kWarps = kMmaThreads / 32;
+  static constexpr int kLdK = K + 8;   // padded rows: conflict-free ldmatrix at every width
+  static constexpr int kLdV = NV + 8;
+  static constexpr int kStageElems = 2 * kChunk * kLdK + kChunk * kLdV;  // a, b, c tiles
+  static constexpr int kStages = K >= 256 ? 1 : 2;
+  static constexpr int kNT = NV / 8;  // n-tiles of c's slice
+  // The state's (K / 16) x (NV / 8) tiles over the warps: split along K when K >= 64.
+  static constexpr int kWarpsM = K / 16 < kWarps ? K / 16 : kWarps;
+  static constexpr int kWarpsN = kWarps / kWarpsM;
+  static constexpr int kWM = K / 16 / kWarpsM;  // m-tiles of S per warp
+  static constexpr int kWN = kNT / kWarpsN;     // n-tiles of S per warp
+  static constexpr bool kScaled = std::is_same_v<T, __half>;
+  static constexpr size_t kSmemBytes =
+      (size_t{kStages} * kStageElems + size_t{K} * kLdV) * sizeof(T) + K * sizeof(float);
+  static_assert(kWN % 2 == 0 && kNT % 2 == 0, "c's n-tiles come in pairs (ldmatrix x4)");
+};
+
+// 2^e as a float, e in [-126, 127].
+__device__ __forceinline__ float exp2i(int e) { return __int_as_float((e + 127) << 23); }
+
+// The power of two that brings |x| <= m under 2^14 (float16's top binade is 2^15): 0 for small m.
+__device__ __forceinline__ int f16_shift(float m) {
+  const int e = ((__float_as_int(m) >> 23) & 0xff) - 127;
+  return m > 0.f && e > 13 ? min(e - 13, 126) : 0;
+}
+
+// Issues the copies of chunk `ci`'s rows: a (unless state-only), b, and c's slice; rows past the
+// sequence are zeros.
+template <class T, int K, int NV>
+__device__ __forceinline__ void load_chunk(T* st, const Params& p, const Work& w, int ci) {
+  using S = MmaShape<T, K, NV>;
+  constexpr int kPK = K / 8, kPV = NV / 8;  // 16-byte pieces per row
+  const int pos0 = ci * kChunk;
+  const T* a = static_cast<const T*>(p.a) + w.row * p.len * int64_t{K};
+  const T* b = static_cast<const T*>(p.b) + w.row * p.len * int64_t{K};
+  const T* c = static_cast<const T*>(p.c) + w.row * p.len * int64_t{p.v_dim} + w.slice * NV;
+  for (int i = threadIdx.x; i < kChunk * (2 * kPK + kPV); i += kMmaThreads) {
+    if (i < 2 * kChunk * kPK) {
+      const int which = i / (kChunk * kPK), r = (i / kPK) % kChunk, piece = i % kPK;
+      if (which == 0 && p.state_only) continue;
+      const int pos = pos0 + r;
+      const T* src = (which == 0 ? a : b) + int64_t{min(pos, p.len - 1)} * K + piece * 8;
+      cp_async_16(st + which * kChunk * S::kLdK + r * S::kLdK + piece * 8, src, pos < p.len ? 16 : 0);
+    } else {
+      const int j = i - 2 * kChunk * kPK, r = j / kPV, piece = j % kPV;
+      const int pos = pos0 + r;
+      const T* src = c + int64_t{min(pos, p.len - 1)} * p.v_dim + piece * 8;
+      cp_async_16(st + 2 * kChunk * S::kLdK + r * S::kLdV + piece * 8, src, pos < p.len ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+}
+
+template <class T, int K, int NV>
+__global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using S = MmaShape<T, K, NV>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* stages = reinterpret_cast<T*>(smem_raw);
+  T* s16 = stages + S::kStages * S::kStageElems;  // the state rounded to T: (K, kLdV)
+  float* zs = reinterpret_cast<float*>(s16 + K * S::kLdV);
+  __shared__ float red[S::kWarps];
+  __shared__ int shift_s;
+
+  const Work w = work_of(p);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wm = warp % S::kWarpsM, wn = warp / S::kWarpsM;
+
+  // The warp's tiles of S: rows 16 (wm * kWM + mi) + g (+8), columns 8 (wn * kWN + ni) + 2t (+1).
+  float sacc[S::kWM][S::kWN][4];
+  auto s_row = [&](int mi, int h) { return 16 * (wm * S::kWM + mi) + g + 8 * h; };
+  auto s_col = [&](int ni, int e) { return 8 * (wn * S::kWN + ni) + 2 * t + e; };
+#pragma unroll
+  for (int mi = 0; mi < S::kWM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < S::kWN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[mi][ni][e] = 0.f;
+  for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] = 0.f;
+
+  if (!p.state_only && p.parts > 1) {  // start from the parts before this one, in a fixed order
+    for (int q = 0; q < p.parts; ++q) {
+      if (!precedes(p, q, w.part)) continue;
+      const float* src = part_state<K>(p, w.row, q);
+#pragma unroll
+      for (int mi = 0; mi < S::kWM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < S::kWN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            sacc[mi][ni][e] += src[int64_t{s_row(mi, e / 2)} * p.v_dim + w.slice * NV + s_col(ni, e % 2)];
+          }
+      for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] += src[int64_t{K} * p.v_dim + k];
+    }
+  }
+
+  // Writes S (times 2^-shift for float16) to s16; float16 first finds the shift from max |S|.
+  auto publish_state = [&]() {
+    int shift = 0;
+    if constexpr (S::kScaled) {
+      float m = 0.f;
+#pragma unroll
+      for (int mi = 0; mi < S::kWM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < S::kWN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) m = fmaxf(m, fabsf(sacc[mi][ni][e]));
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      if (lane == 0) red[warp] = m;
+      __syncthreads();
+      for (int i = 0; i < S::kWarps; ++i) m = fmaxf(m, red[i]);
+      shift = f16_shift(m);
+      if (threadIdx.x == 0) shift_s = shift;
+    }
+    const float scale = exp2i(-shift);
+#pragma unroll
+    for (int mi = 0; mi < S::kWM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < S::kWN; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          *reinterpret_cast<uint32_t*>(s16 + s_row(mi, h) * S::kLdV + s_col(ni, 0)) =
+              pack2<T>(sacc[mi][ni][2 * h] * scale, sacc[mi][ni][2 * h + 1] * scale);
+        }
+  };
+  if (!p.state_only) publish_state();
+
+  if (w.count > 0) load_chunk<T, K, NV>(stages, p, w, chunk_at(p, w, 0));
+  for (int it = 0; it < w.count; ++it) {
+    const int ci = chunk_at(p, w, it);
+    T* st = stages + (S::kStages == 2 ? it % 2 : 0) * S::kStageElems;
+    if (S::kStages == 1 && it > 0) {
+      __syncthreads();  // everyone is done with the previous chunk's tiles
+      load_chunk<T, K, NV>(st, p, w, ci);
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the chunk's tiles, s16, zs and shift_s are ready; the other stage is free
+    if (S::kStages == 2 && it + 1 < w.count) {
+      load_chunk<T, K, NV>(stages + ((it + 1) % 2) * S::kStageElems, p, w, chunk_at(p, w, it + 1));
+    }
+    const T* ta = st;
+    const T* tb = st + kChunk * S::kLdK;
+    const T* tc = st + 2 * kChunk * S::kLdK;
+
+    if (!p.state_only) {
+      const int r0 = 16 * warp;  // the warp's rows within the chunk
+      // Scores: pairs of n-tiles (16 positions) jp; only those on the kept side of the diagonal.
+      float sc[8][4];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[j][e] = 0.f;
+      auto kept_pair = [&](int jp) { return p.reverse ? jp >= warp : jp <= warp; };
+#pragma unroll
+      for (int kk = 0; kk < K / 16; ++kk) {
+        uint32_t af[4];
+        ldmatrix_x4(af, ta + (r0 + lane % 8 + 8 * ((lane / 8) % 2)) * S::kLdK + 16 * kk + 8 * (lane / 16));
+#pragma unroll
+        for (int jp = 0; jp < 4; ++jp) {
+          if (!kept_pair(jp)) continue;
+          uint32_t bf[4];
+          const int m = lane / 8;
+          ldmatrix_x4(bf, tb + (16 * jp + lane % 8 + 8 * (m / 2)) * S::kLdK + 16 * kk + 8 * (m % 2));
+          mma_16816<T>(sc[2 * jp], af, bf[0], bf[1]);
+          mma_16816<T>(sc[2 * jp + 1], af, bf[2], bf[3]);
+        }
+      }
+      // Mask the diagonal pair; row sums (rows g and g + 8) for den; float16 row shifts.
+      float rsum[2] = {0.f, 0.f}, rmax[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (!kept_pair(j / 2)) continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = r0 + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
+          if (j / 2 == warp && (p.reverse ? col < i : col > i)) sc[j][e] = 0.f;
+          rsum[e / 2] += sc[j][e];
+          rmax[e / 2] = fmaxf(rmax[e / 2], fabsf(sc[j][e]));
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int o = 1; o < 4; o *= 2) {
+          rsum[h] += __shfl_xor_sync(0xffffffffu, rsum[h], o);
+          rmax[h] = fmaxf(rmax[h], __shfl_xor_sync(0xffffffffu, rmax[h], o));
+        }
+
+      // out = a S (scaled back), then + P c.
+      float o[S::kNT][4];
+#pragma unroll
+      for (int n = 0; n < S::kNT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < K / 16; ++kk) {
+        uint32_t af[4];
+        ldmatrix_x4(af, ta + (r0 + lane % 8 + 8 * ((lane / 8) % 2)) * S::kLdK + 16 * kk + 8 * (lane / 16));
+#pragma unroll
+        for (int np = 0; np < S::kNT / 2; ++np) {
+          uint32_t bf[4];
+          const int m = lane / 8;
+          ldmatrix_x4_trans(bf, s16 + (16 * kk + lane % 8 + 8 * (m % 2)) * S::kLdV + 16 * np + 8 * (m / 2));
+          mma_16816<T>(o[2 * np], af, bf[0], bf[1]);
+          mma_16816<T>(o[2 * np + 1], af, bf[2], bf[3]);
+        }
+      }
+      float rscale[2] = {1.f, 1.f}, rback[2] = {1.f, 1.f};
+      if constexpr (S::kScaled) {
+        const float sback = exp2i(shift_s);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int e = f16_shift(rmax[h]);
+          rscale[h] = exp2i(-e);
+          rback[h] = exp2i(e);
+        }
+#pragma unroll
+        for (int n = 0; n < S::kNT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[n][e] *= sback * rscale[e / 2];
+      }
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        if (!kept_pair(jp)) continue;
+        uint32_t af[4];
+        af[0] = pack2<T>(sc[2 * jp][0] * rscale[0], sc[2 * jp][1] * rscale[0]);
+        af[1] = pack2<T>(sc[2 * jp][2] * rscale[1], sc[2 * jp][3] * rscale[1]);
+        af[2] = pack2<T>(sc[2 * jp + 1][0] * rscale[0], sc[2 * jp + 1][1] * rscale[0]);
+        af[3] = pack2<T>(sc[2 * jp + 1][2] * rscale[1], sc[2 * jp + 1][3] * rscale[1]);
+#pragma unroll
+        for (int np = 0; np < S::kNT / 2; ++np) {
+          uint32_t bf[4];
+          const int m = lane / 8;
+          ldmatrix_x4_trans(bf, tc + (16 * jp + lane % 8 + 8 * (m % 2)) * S::kLdV + 16 * np + 8 * (m / 2));
+          mma_16816<T>(o[2 * np], af, bf[0], bf[1]);
+          mma_16816<T>(o[2 * np + 1], af, bf[2], bf[3]);
+        }
+      }
+      // den: the rows' dot with z (float32; lane t takes a quarter of K), plus the row sums.
+      float den[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const T* arow = ta + (r0 + g + 8 * h) * S::kLdK + t * (K / 4);
+        float d = 0.f;
+#pragma unroll 8
+        for (int k = 0; k < K / 4; ++k) d += to_float(arow[k]) * zs[t * (K / 4) + k];
+#pragma unroll
+        for (int o2 = 1; o2 < 4; o2 *= 2) d += __shfl_xor_sync(0xffffffffu, d, o2);
+        den[h] = d + rsum[h];
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int pos = ci * kChunk + r0 + g + 8 * h;
+        if (pos >= p.len) continue;
+        const float inv = p.normalize ? 1.f / (den[h] + p.eps) : 1.f;
+        const float back = rback[h] * inv;
+        T* orow = static_cast<T*>(p.out) + (w.row * p.len + pos) * int64_t{p.v_dim} + w.slice * NV;
+#pragma unroll
+        for (int n = 0; n < S::kNT; ++n) {
+          *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) = pack2<T>(o[n][2 * h] * back, o[n][2 * h + 1] * back);
+        }
+        if (w.slice == 0 && t == 0) p.den[w.row * p.len + pos] = den[h];
+      }
+      __syncthreads();  // s16 and zs are read; the state may move on
+    }
+
+    // S += b^T c over the chunk's 64 positions; z += the column sums of b.
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 16; ++kk) {
+      const int m = lane / 8;
+      uint32_t bfr[S::kWN / 2][4];
+#pragma unroll
+      for (int np = 0; np < S::kWN / 2; ++np) {
+        ldmatrix_x4_trans(bfr[np], tc + (16 * kk + lane % 8 + 8 * (m % 2)) * S::kLdV + 8 * (wn * S::kWN + 2 * np) +
+                                       8 * (m / 2));
+      }
+#pragma unroll
+      for (int mi = 0; mi < S::kWM; ++mi) {
+        uint32_t af[4];
+        ldmatrix_x4_trans(af, tb + (16 * kk + lane % 8 + 8 * (m / 2)) * S::kLdK + 16 * (wm * S::kWM + mi) +
+                                  8 * (m % 2));
+#pragma unroll
+        for (int np = 0; np < S::kWN / 2; ++np) {
+          mma_16816<T>(sacc[mi][2 * np], af, bfr[np][0], bfr[np][1]);
+          mma_16816<T>(sacc[mi][2 * np + 1], af, bfr[np][2], bfr[np][3]);
+        }
+      }
+    }
+    for (int k = threadIdx.x; k < K; k += kMmaThreads) {
+      float s = 0.f;
+#pragma unroll 8
+      for (int r = 0; r < kChunk; ++r) s += to_float(tb[r * S::kLdK + k]);
+      zs[k] += s;
+    }
+    if (!p.state_only) publish_state();
+  }
+
+  if (p.state_only) {  // this part's own sums, for the parts after it
+    float* dst = part_state<K>(p, w.row, w.part);
+#pragma unroll
+    for (int mi = 0; mi < S::kWM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < S::kWN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          dst[int64_t{s_row(mi, e / 2)} * p.v_dim + w.slice * NV + s_col(ni, e % 2)] = sacc[mi][ni][e];
+        }
+    if (w.slice == 0) {
+      for (int k = threadIdx.x; k < K; k += kMmaThreads) dst[int64_t{K} * p.v_dim + k] = zs[k];
+    }
+  }
+#endif
+}
+
+}  // namespace linattn
+}  // namespace jaxnorm
