@@ -162,25 +162,31 @@ EMBED_BWD = FfiOp(
 )
 
 # Causal linear attention, one multilinear kernel for the forward and every derivative: for rows r
-# (batch x heads) and positions i, out[r, i] = sum over j <= i (j >= i if `reverse`) of
-# (a[r, i] . b[r, j]) c[r, j], and den[r, i] the same sum without c (float32); with `normalize`,
-# out = num / (den + eps). Workspace: the states of up to `parts` pieces of each sequence
-# (K x V sums, then the K column sums), so a few long sequences still fill the GPU.
+# (batch x heads) and positions i, num[r, i] = sum over j <= i (j >= i if `reverse`) of
+# s(i, j) c[r, j] with the score s(i, j) = a[r, i] . b[r, j] (+ alpha[r, i] beta[r, j] in the
+# "_rank1" form, which the backward uses for the normalizer's cotangent), and den[r, i] the sum of
+# the scores (float32); with `normalize`, out = num / (den + eps). Workspace: the states of up to
+# `parts` pieces of each sequence (see common/linear_attention_args.h), so that a few long
+# sequences still fill the GPU.
 def _linear_attention_workspace(avals_in, params):
     rows, _, k_dim = avals_in[0].shape
     v_dim = avals_in[2].shape[2]
     parts = params["parts"]
-    return [ShapedArray((rows * parts * k_dim * (v_dim + 1) if parts > 1 else 0,), F32)]
+    return [ShapedArray((rows * parts * ((k_dim + 1) * (v_dim + 1)) if parts > 1 else 0,), F32)]
 
 
-LINEAR_ATTENTION = FfiOp(
-    name="jaxnorm_linear_attention",
-    operands=("R,L,K", "R,L,K", "R,L,V"),
-    results=(("R,L,V", "x"), ("R,L", F32)),
-    attrs=("normalize", "eps", "reverse", "parts"),
-    workspace=_linear_attention_workspace,
-    row_sharded=True,
-)
+def _linear_attention(rank1):
+    return FfiOp(
+        name="jaxnorm_linear_attention" + ("_rank1" if rank1 else ""),
+        operands=("R,L,K", "R,L,K", "R,L,V") + (("R,L", "R,L") if rank1 else ()),  # a, b, c [, alpha, beta (f32)]
+        results=(("R,L,V", "x"), ("R,L", F32)),
+        attrs=("normalize", "eps", "reverse", "parts"),
+        workspace=_linear_attention_workspace,
+        row_sharded=True,
+    )
+
+
+LINEAR_ATTENTION, LINEAR_ATTENTION_RANK1 = _linear_attention(False), _linear_attention(True)
 
 norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
@@ -197,5 +203,6 @@ decode_append_p = make_primitive(DECODE_APPEND)
 embed_fwd_p = make_primitive(EMBED_FWD)
 embed_bwd_p = make_primitive(EMBED_BWD)
 linear_attention_p = make_primitive(LINEAR_ATTENTION)
+linear_attention_rank1_p = make_primitive(LINEAR_ATTENTION_RANK1)
 
 TARGETS = tuple(FFI_OPS)  # every target above, in declaration order

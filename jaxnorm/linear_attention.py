@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from jax.interpreters import ad
 
 from jaxnorm import _checks
-from jaxnorm._ops import linear_attention_p
+from jaxnorm._ops import linear_attention_p, linear_attention_rank1_p
 
 HEAD_DIMS = (32, 64, 128, 256)
 LAYOUTS = ("BHLD", "BLHD")
@@ -57,12 +57,16 @@ def linear_attention_parts(rows: int, length: int, v_dim: int) -> int:
     return max(1, min(_MAX_PARTS, -(-length // CHUNK), want))
 
 
-def _kernel(a, b, c, *, normalize=False, eps=0.0, reverse=False):
-    """The multilinear kernel on [rows, len, d] operands: (num or out, den float32)."""
+def _bind(a, b, c, alpha=None, beta=None, *, normalize=False, eps=0.0, reverse=False, parts=None):
+    """The kernel on [rows, len, d] operands (with the rank-1 score term when alpha and beta are
+    given): (num or out, den float32)."""
     rows, length, _ = a.shape
-    parts = linear_attention_parts(rows, length, c.shape[2])
-    return linear_attention_p.bind(a, b, c, normalize=bool(normalize), eps=float(eps), reverse=bool(reverse),
-                                   parts=parts)
+    if parts is None:
+        parts = linear_attention_parts(rows, length, c.shape[2])
+    params = dict(normalize=bool(normalize), eps=float(eps), reverse=bool(reverse), parts=parts)
+    if alpha is None:
+        return linear_attention_p.bind(a, b, c, **params)
+    return linear_attention_rank1_p.bind(a, b, c, alpha.astype(jnp.float32), beta.astype(jnp.float32), **params)
 
 
 def _cumsum(x, reverse):
@@ -73,72 +77,91 @@ def _as(x, dtype):
     return x.astype(dtype) if x.dtype != dtype else x
 
 
+def _aval(x):
+    return x.aval if ad.is_undefined_primal(x) else x
+
+
+def _zeros(x):
+    return jnp.zeros(_aval(x).shape, _aval(x).dtype)
+
+
 def _jvp(primals, tangents, *, normalize, eps, reverse, parts):
-    a, b, c = primals
-    out, den = linear_attention_p.bind(a, b, c, normalize=normalize, eps=eps, reverse=reverse, parts=parts)
+    """The kernel is linear in (a, alpha), in (b, beta) and in c: one kernel call per nonzero pair."""
+    out, den = (linear_attention_rank1_p if len(primals) == 5 else linear_attention_p).bind(
+        *primals, normalize=normalize, eps=eps, reverse=reverse, parts=parts)
+    rank1 = len(primals) == 5
+    zero = [type(t) is ad.Zero for t in tangents]
     dnum = dden = None
-    for i, t in enumerate(tangents):
-        if type(t) is ad.Zero:
+    pairs = ((0, 3), (1, 4)) if rank1 else ((0,), (1,))
+    for group in (*pairs, (2,)):
+        if all(zero[i] for i in group):
             continue
         ops = list(primals)
-        ops[i] = _as(t, a.dtype)
-        tn, td = linear_attention_p.bind(*ops, normalize=False, eps=0.0, reverse=reverse, parts=parts)
+        for i in group:
+            ops[i] = _zeros(primals[i]) if zero[i] else _as(tangents[i], primals[i].dtype)
+        tn, td = (linear_attention_rank1_p if rank1 else linear_attention_p).bind(
+            *ops, normalize=False, eps=0.0, reverse=reverse, parts=parts)
         tn = tn.astype(jnp.float32)
         dnum = tn if dnum is None else dnum + tn
-        if i < 2:  # den does not depend on c
+        if group != (2,):  # den does not depend on c
             dden = td if dden is None else dden + td
     if dnum is None:
         return (out, den), (ad.Zero.from_primal_value(out), ad.Zero.from_primal_value(den))
     if dden is None:
         dden = jnp.zeros_like(den)
     if normalize:
-        d = den[..., None] + eps
-        dout = (dnum - out.astype(jnp.float32) * dden[..., None]) / d
+        dout = (dnum - out.astype(jnp.float32) * dden[..., None]) / (den[..., None] + eps)
     else:
         dout = dnum
     return (out, den), (dout.astype(out.dtype), dden)
 
 
-def _transpose(cts, a, b, c, *, normalize, eps, reverse, parts):
-    """Cotangents of the unnormalized kernel, linear in whichever operand is undefined."""
+def _transpose(cts, *operands, normalize, eps, reverse, parts):
+    """Cotangents of the unnormalized kernel: num_i = sum_j s(i, j) c_j, den_i = sum_j s(i, j),
+    s(i, j) = a_i . b_j (+ alpha_i beta_j). Those of a, b and c are the kernel again, the
+    normalizer's cotangent riding on the rank-1 term; those of alpha and beta (second order
+    only) are cumulative sums in jnp."""
     if normalize:
         raise NotImplementedError("jaxnorm: the normalized linear-attention kernel is not linear")
+    a, b, c = operands[:3]
+    alpha, beta = operands[3:] if len(operands) == 5 else (None, None)
     ct_num, ct_den = cts
-    undefined = [ad.is_undefined_primal(x) for x in (a, b, c)]
-    if sum(undefined) != 1:
-        raise NotImplementedError("jaxnorm: linear attention is linear in one operand at a time")
-    dtype = (a.aval if undefined[0] else a).dtype
+    undefined = [ad.is_undefined_primal(x) for x in operands]
+    dtype = _aval(a).dtype
     num_zero, den_zero = type(ct_num) is ad.Zero, type(ct_den) is ad.Zero
-    kw = dict(normalize=False, eps=0.0, parts=parts)
+    if num_zero and den_zero:
+        return [_zeros(x) if u else None for x, u in zip(operands, undefined)]
+    ct_num = jnp.zeros(_aval(c).shape, dtype) if num_zero else _as(ct_num, dtype)
+    f32 = jnp.float32
+    out = [None] * len(operands)
 
-    def kernel(x, y, z, rev):
-        return linear_attention_p.bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), reverse=rev, **kw)[0]
+    def kernel(x, y, z, al, be, rev):
+        return _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev, parts=parts)[0]
 
-    out = [None, None, None]
-    if undefined[0]:  # num_i = sum_{j<=i} (a_i . b_j) c_j: d/da_i = sum_{j<=i} (ct_i . c_j) b_j
-        aval = a.aval
-        acc = jnp.zeros(aval.shape, jnp.float32)
-        if not num_zero:
-            acc = acc + kernel(ct_num, c, b, reverse).astype(jnp.float32)
-        if not den_zero:
-            acc = acc + ct_den[..., None] * _cumsum(b.astype(jnp.float32), reverse)
-        out[0] = acc.astype(aval.dtype)
-    elif undefined[1]:  # d/db_j = sum_{i>=j} (c_j . ct_i) a_i
-        aval = b.aval
-        acc = jnp.zeros(aval.shape, jnp.float32)
-        if not num_zero:
-            acc = acc + kernel(c, ct_num, a, not reverse).astype(jnp.float32)
-        if not den_zero:
-            acc = acc + _cumsum(ct_den[..., None] * a.astype(jnp.float32), not reverse)
-        out[1] = acc.astype(aval.dtype)
-    else:  # d/dc_j = sum_{i>=j} (b_j . a_i) ct_i
-        aval = c.aval
-        out[2] = (kernel(b, a, ct_num, not reverse) if not num_zero else jnp.zeros(aval.shape, aval.dtype))
+    rows_len = ct_num.shape[:2]
+    ones = None if den_zero else jnp.ones(rows_len, f32)
+    ct_den = None if den_zero else ct_den
+    if undefined[0]:  # d/da_i = sum_{j<=i} (ct_i . c_j + ct_den_i) b_j
+        out[0] = kernel(ct_num, c, b, ct_den, ones, reverse)
+    if undefined[1]:  # d/db_j = sum_{i>=j} (c_j . ct_i + ct_den_i) a_i
+        out[1] = kernel(c, ct_num, a, ones, ct_den, not reverse)
+    if undefined[2]:  # d/dc_j = sum_{i>=j} s(i, j) ct_i
+        out[2] = kernel(b, a, ct_num, beta, alpha, not reverse)
+    if len(operands) == 5 and (undefined[3] or undefined[4]):
+        ctn = ct_num.astype(f32)
+        ctd = jnp.zeros(rows_len, f32) if ct_den is None else ct_den
+        if undefined[3]:  # d/dalpha_i = ct_i . sum_{j<=i} beta_j c_j + ct_den_i sum_{j<=i} beta_j
+            w = _cumsum(beta[..., None] * c.astype(f32), reverse)
+            out[3] = jnp.sum(ctn * w, -1) + ctd * _cumsum(beta, reverse)
+        if undefined[4]:  # d/dbeta_j = c_j . sum_{i>=j} alpha_i ct_i + sum_{i>=j} alpha_i ct_den_i
+            w = _cumsum(alpha[..., None] * ctn, not reverse)
+            out[4] = jnp.sum(c.astype(f32) * w, -1) + _cumsum(alpha * ctd, not reverse)
     return out
 
 
-ad.primitive_jvps[linear_attention_p] = _jvp
-ad.primitive_transposes[linear_attention_p] = _transpose
+for _p in (linear_attention_p, linear_attention_rank1_p):
+    ad.primitive_jvps[_p] = _jvp
+    ad.primitive_transposes[_p] = _transpose
 
 
 def _feature_map(x, feature_map):
@@ -214,8 +237,8 @@ def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callabl
             out = jnp.zeros((batch, heads, length, d_v), q.dtype)
         else:
             rows = batch * heads
-            out, _ = _kernel(qm.reshape(rows, length, d_k), km.reshape(rows, length, d_k),
-                             v.reshape(rows, length, d_v), normalize=normalize, eps=eps)
+            out, _ = _bind(qm.reshape(rows, length, d_k), km.reshape(rows, length, d_k),
+                           v.reshape(rows, length, d_v), normalize=normalize, eps=eps)
             out = out.reshape(batch, heads, length, d_v)
     else:
         out = _non_causal(qm, km, v, normalize, eps)

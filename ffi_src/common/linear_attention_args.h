@@ -1,9 +1,11 @@
 // Linear attention's operands, checked once for both platforms.
-//   a, b (R, L, K); c (R, L, V); one float dtype. Results: out (R, L, V) in that dtype, den (R, L)
-//   f32, workspace (R * parts * K * (V + 1) | 0) f32: per (row, part) the part's K x V state
-//   sum (row-major), then its K column sums of b.
-//   num_i = sum over j <= i (j >= i if reverse) of (a_i . b_j) c_j, den_i = the same sum of
-//   a_i . b_j; out = num / (den + eps) if normalize, else num.
+//   a, b (R, L, K); c (R, L, V); one float dtype; the rank-1 form adds alpha, beta (R, L) f32.
+//   Results: out (R, L, V) in that dtype, den (R, L) f32, workspace (R * parts * (K+1) * (V+1)
+//   | 0) f32: per (row, part) the part's augmented state, row-major (K+1) x (V+1):
+//   [[sum b^T c, sum b], [sum beta c, sum beta]] (the sums of [b, beta]^T [c, 1]).
+//   With the score s(i, j) = a_i . b_j (+ alpha_i beta_j): num_i = sum over j <= i (j >= i if
+//   reverse) of s(i, j) c_j, den_i = the same sum of s(i, j); out = num / (den + eps) if
+//   normalize, else num.
 #pragma once
 
 #include <string>
@@ -18,6 +20,7 @@ struct LinearAttentionArgs {
   bool normalize = false, reverse = false;
   ffi::DataType dtype = ffi::DataType::F32;
   const void *a = nullptr, *b = nullptr, *c = nullptr;
+  const float *alpha = nullptr, *beta = nullptr;  // the rank-1 term, when given
   void* out = nullptr;
   float* den = nullptr;
   float* states = nullptr;  // the workspace, when parts > 1
@@ -30,7 +33,7 @@ inline ffi::Error linear_attention_error(const std::string& what) {
 inline bool linear_attention_dim_ok(int64_t d) { return d == 32 || d == 64 || d == 128 || d == 256; }
 
 inline ffi::Error linear_attention_args(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const ffi::AnyBuffer& c,
-                                        ffi::AnyBuffer& out, ffi::AnyBuffer& den, ffi::AnyBuffer& workspace,
+                                        const ffi::AnyBuffer* alpha, const ffi::AnyBuffer* beta, ffi::AnyBuffer& out, ffi::AnyBuffer& den, ffi::AnyBuffer& workspace,
                                         bool normalize, float eps, bool reverse, int64_t parts,
                                         LinearAttentionArgs* x) {
   auto ad = a.dimensions();
@@ -58,8 +61,16 @@ inline ffi::Error linear_attention_args(const ffi::AnyBuffer& a, const ffi::AnyB
   x->parts = parts < 1 ? 1 : parts;
   if (x->parts > 1) {
     JN_RETURN_IF_ERROR(check_dtype(workspace, ffi::DataType::F32, "the workspace"));
-    JN_RETURN_IF_ERROR(check_size(workspace, x->rows * x->parts * x->k_dim * (x->v_dim + 1), "the workspace"));
+    JN_RETURN_IF_ERROR(check_size(workspace, x->rows * x->parts * (x->k_dim + 1) * (x->v_dim + 1), "the workspace"));
     x->states = static_cast<float*>(workspace.untyped_data());
+  }
+  if (alpha != nullptr) {
+    for (const ffi::AnyBuffer* r : {alpha, beta}) {
+      JN_RETURN_IF_ERROR(check_dtype(*r, ffi::DataType::F32, "alpha / beta"));
+      JN_RETURN_IF_ERROR(check_size(*r, x->rows * x->len, "alpha / beta"));
+    }
+    x->alpha = static_cast<const float*>(alpha->untyped_data());
+    x->beta = static_cast<const float*>(beta->untyped_data());
   }
   x->normalize = normalize;
   x->eps = eps;

@@ -180,19 +180,25 @@ auto decode_attention_signature(B b) {
   }
 }
 
-// linear_attention: a, b, c -> out, den (f32), workspace (f32); see common/linear_attention_args.h.
-template <class B>
+// linear_attention: a, b, c [, alpha, beta (f32) when Rank1] -> out, den (f32), workspace (f32);
+// see common/linear_attention_args.h.
+template <bool Rank1, class B>
 auto linear_attention_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<bool>("normalize")
-      .template Attr<float>("eps")
-      .template Attr<bool>("reverse")
-      .template Attr<int64_t>("parts");
+  auto outs = [](auto in) {
+    return std::move(in).template Ret<ffi::AnyBuffer>()
+        .template Ret<ffi::AnyBuffer>()
+        .template Ret<ffi::AnyBuffer>()
+        .template Attr<bool>("normalize")
+        .template Attr<float>("eps")
+        .template Attr<bool>("reverse")
+        .template Attr<int64_t>("parts");
+  };
+  auto ins = std::move(b).template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>();
+  if constexpr (Rank1) {
+    return outs(std::move(ins).template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>());
+  } else {
+    return outs(std::move(ins).template Arg<ffi::AnyBuffer>());
+  }
 }
 
 template <class B>

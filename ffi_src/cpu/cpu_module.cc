@@ -21,6 +21,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionAppendCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormLinearAttentionCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormLinearAttentionRank1Cpu);
 
 NB_MODULE(_jaxnorm_cpu, m) {
   m.def("registrations", []() {
@@ -42,6 +43,7 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_embed_fwd", JaxnormEmbedFwdCpu);
     JN_REGISTER(d, "jaxnorm_embed_bwd", JaxnormEmbedBwdCpu);
     JN_REGISTER(d, "jaxnorm_linear_attention", JaxnormLinearAttentionCpu);
+    JN_REGISTER(d, "jaxnorm_linear_attention_rank1", JaxnormLinearAttentionRank1Cpu);
     return d;
   });
 }

@@ -21,6 +21,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormPadPack3Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormDecodeAttentionAppendCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormLinearAttentionCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormLinearAttentionRank1Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormEmbedBwdCuda);
 
@@ -42,6 +43,7 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_decode_attention", JaxnormDecodeAttentionCuda);
     JN_REGISTER(d, "jaxnorm_decode_attention_append", JaxnormDecodeAttentionAppendCuda);
     JN_REGISTER(d, "jaxnorm_linear_attention", JaxnormLinearAttentionCuda);
+    JN_REGISTER(d, "jaxnorm_linear_attention_rank1", JaxnormLinearAttentionRank1Cuda);
     JN_REGISTER(d, "jaxnorm_embed_fwd", JaxnormEmbedFwdCuda);
     JN_REGISTER(d, "jaxnorm_embed_bwd", JaxnormEmbedBwdCuda);
     return d;

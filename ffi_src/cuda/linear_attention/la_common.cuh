@@ -6,6 +6,8 @@
 // state S (k_dim x slice, float32) and z (k_dim). With more than one part, a first launch
 // (`state_only`) writes each part's own sums to the workspace, and the second starts each part
 // from the sum of the parts before it, added in a fixed order: no atomics, bitwise reproducible.
+// The rank-1 form (score a_i . b_j + alpha_i beta_j) also carries w = sum beta_j c_j and
+// u = sum beta_j: the state is that of [b, beta]^T [c, 1], (K+1) x (V+1).
 #pragma once
 
 #include <cstdint>
@@ -17,9 +19,10 @@ namespace linattn {
 
 struct Params {
   const void *a, *b, *c;
+  const float *alpha, *beta;  // the rank-1 term, or null
   void* out;
   float* den;
-  float* states;  // (rows, parts, K * (V + 1)): S row-major, then z
+  float* states;  // (rows, parts, (K + 1) x (V + 1)): [[S, z], [w, u]] row-major
   int64_t rows;
   int len, v_dim, slices, parts, chunks, chunks_per_part;
   float eps;
@@ -53,9 +56,10 @@ __device__ __forceinline__ int chunk_at(const Params& p, const Work& w, int i) {
   return p.reverse ? w.first + w.count - 1 - i : w.first + i;
 }
 
+// A part's augmented state; element (k, v) at k * (v_dim + 1) + v.
 template <int K>
 __device__ __forceinline__ float* part_state(const Params& p, int64_t row, int part) {
-  return p.states + (row * p.parts + part) * int64_t{K} * (p.v_dim + 1);
+  return p.states + (row * p.parts + part) * int64_t{K + 1} * (p.v_dim + 1);
 }
 
 // Whether part q comes before part `part` in walking order (its state is in the prefix).

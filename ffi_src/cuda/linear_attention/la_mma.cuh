@@ -6,6 +6,7 @@
 //   out     = a S + P c          (S the state before the chunk, rounded to T in shared memory);
 //   den    += a . z              (float32, z in shared memory);
 // then the state S += b^T c (each warp owns a tile of S in registers, float32) and z += sum b.
+// The rank-1 form adds alpha_i beta_j to the scores, alpha_i w to out and alpha_i u to den.
 // P leaves its mma as C fragments and enters the next as A fragments (no shared memory).
 // float16 has no exponent range to spare: P's rows and S are scaled by powers of two before
 // rounding (exact), so long sequences and large scores do not overflow; bfloat16 needs none.
@@ -28,7 +29,7 @@ struct MmaShape {
   static constexpr int kWarps = kMmaThreads / 32;
   static constexpr int kLdK = K + 8;   // padded rows: conflict-free ldmatrix at every width
   static constexpr int kLdV = NV + 8;
-  static constexpr int kStageElems = 2 * kChunk * kLdK + kChunk * kLdV;  // a, b, c tiles
+  static constexpr int kStageElems = 2 * kChunk * kLdK + kChunk * kLdV + 2 * kChunk;  // a, b, c, beta (f32)
   static constexpr int kStages = K >= 256 ? 1 : 2;
   static constexpr int kNT = NV / 8;  // n-tiles of c's slice
   // The state's (K / 16) x (NV / 8) tiles over the warps: split along K when K >= 64.
@@ -38,7 +39,7 @@ struct MmaShape {
   static constexpr int kWN = kNT / kWarpsN;     // n-tiles of S per warp
   static constexpr bool kScaled = std::is_same_v<T, __half>;
   static constexpr size_t kSmemBytes =
-      (size_t{kStages} * kStageElems + size_t{K} * kLdV) * sizeof(T) + K * sizeof(float);
+      (size_t{kStages} * kStageElems + size_t{K} * kLdV) * sizeof(T) + (K + NV + 1) * sizeof(float);
   static_assert(kWN % 2 == 0 && kNT % 2 == 0, "c's n-tiles come in pairs (ldmatrix x4)");
 };
 
@@ -51,8 +52,8 @@ __device__ __forceinline__ int f16_shift(float m) {
   return m > 0.f && e > 13 ? min(e - 13, 126) : 0;
 }
 
-// Issues the copies of chunk `ci`'s rows: a (unless state-only), b, and c's slice; rows past the
-// sequence are zeros.
+// Issues the copies of chunk `ci`'s rows: a (unless state-only), b, and c's slice (cp.async), and
+// beta (plain loads); rows past the sequence are zeros.
 template <class T, int K, int NV>
 __device__ __forceinline__ void load_chunk(T* st, const Params& p, const Work& w, int ci) {
   using S = MmaShape<T, K, NV>;
@@ -76,6 +77,11 @@ __device__ __forceinline__ void load_chunk(T* st, const Params& p, const Work& w
     }
   }
   cp_async_commit();
+  if (p.beta != nullptr && threadIdx.x < kChunk) {
+    const int pos = pos0 + threadIdx.x;
+    reinterpret_cast<float*>(st + 2 * kChunk * S::kLdK + kChunk * S::kLdV)[threadIdx.x] =
+        pos < p.len ? p.beta[w.row * p.len + pos] : 0.f;
+  }
 }
 
 template <class T, int K, int NV>
@@ -86,6 +92,8 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
   T* stages = reinterpret_cast<T*>(smem_raw);
   T* s16 = stages + S::kStages * S::kStageElems;  // the state rounded to T: (K, kLdV)
   float* zs = reinterpret_cast<float*>(s16 + K * S::kLdV);
+  float* ws = zs + K;  // w (NV), then u: the rank-1 term's state
+  const bool rank1 = p.alpha != nullptr;
   __shared__ float red[S::kWarps];
   __shared__ int shift_s;
 
@@ -104,6 +112,7 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
 #pragma unroll
       for (int e = 0; e < 4; ++e) sacc[mi][ni][e] = 0.f;
   for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] = 0.f;
+  for (int v = threadIdx.x; v <= NV; v += kMmaThreads) ws[v] = 0.f;
 
   if (!p.state_only && p.parts > 1) {  // start from the parts before this one, in a fixed order
     for (int q = 0; q < p.parts; ++q) {
@@ -115,9 +124,12 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
         for (int ni = 0; ni < S::kWN; ++ni)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            sacc[mi][ni][e] += src[int64_t{s_row(mi, e / 2)} * p.v_dim + w.slice * NV + s_col(ni, e % 2)];
+            sacc[mi][ni][e] += src[int64_t{s_row(mi, e / 2)} * (p.v_dim + 1) + w.slice * NV + s_col(ni, e % 2)];
           }
-      for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] += src[int64_t{K} * p.v_dim + k];
+      for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] += src[int64_t{k} * (p.v_dim + 1) + p.v_dim];
+      for (int v = threadIdx.x; v <= NV; v += kMmaThreads) {
+        ws[v] += src[int64_t{K} * (p.v_dim + 1) + (v < NV ? w.slice * NV + v : p.v_dim)];
+      }
     }
   }
 
@@ -169,6 +181,7 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
     const T* ta = st;
     const T* tb = st + kChunk * S::kLdK;
     const T* tc = st + 2 * kChunk * S::kLdK;
+    const float* tbeta = reinterpret_cast<const float*>(tc + kChunk * S::kLdV);
 
     if (!p.state_only) {
       const int r0 = 16 * warp;  // the warp's rows within the chunk
@@ -192,6 +205,18 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
           mma_16816<T>(sc[2 * jp], af, bf[0], bf[1]);
           mma_16816<T>(sc[2 * jp + 1], af, bf[2], bf[3]);
         }
+      }
+      float al[2] = {0.f, 0.f};  // alpha of rows g and g + 8
+      if (rank1) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int pos = ci * kChunk + r0 + g + 8 * h;
+          al[h] = pos < p.len ? p.alpha[w.row * p.len + pos] : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sc[j][e] += al[e / 2] * tbeta[8 * j + 2 * t + e % 2];
       }
       // Mask the diagonal pair; row sums (rows g and g + 8) for den; float16 row shifts.
       float rsum[2] = {0.f, 0.f}, rmax[2] = {0.f, 0.f};
@@ -234,18 +259,21 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
         }
       }
       float rscale[2] = {1.f, 1.f}, rback[2] = {1.f, 1.f};
+      float sback = 1.f;
       if constexpr (S::kScaled) {
-        const float sback = exp2i(shift_s);
+        sback = exp2i(shift_s);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int e = f16_shift(rmax[h]);
           rscale[h] = exp2i(-e);
           rback[h] = exp2i(e);
         }
+      }
+      if (S::kScaled || rank1) {
 #pragma unroll
         for (int n = 0; n < S::kNT; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) o[n][e] *= sback * rscale[e / 2];
+          for (int e = 0; e < 4; ++e) o[n][e] = (o[n][e] * sback + al[e / 2] * ws[8 * n + 2 * t + e % 2]) * rscale[e / 2];
       }
 #pragma unroll
       for (int jp = 0; jp < 4; ++jp) {
@@ -274,7 +302,7 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
         for (int k = 0; k < K / 4; ++k) d += to_float(arow[k]) * zs[t * (K / 4) + k];
 #pragma unroll
         for (int o2 = 1; o2 < 4; o2 *= 2) d += __shfl_xor_sync(0xffffffffu, d, o2);
-        den[h] = d + rsum[h];
+        den[h] = d + rsum[h] + al[h] * ws[NV];
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -320,6 +348,12 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
       for (int r = 0; r < kChunk; ++r) s += to_float(tb[r * S::kLdK + k]);
       zs[k] += s;
     }
+    if (rank1 && threadIdx.x <= NV) {  // w += sum beta_j c_j, u += sum beta_j
+      float s = 0.f;
+#pragma unroll 8
+      for (int r = 0; r < kChunk; ++r) s += tbeta[r] * (threadIdx.x < NV ? to_float(tc[r * S::kLdV + threadIdx.x]) : 1.f);
+      ws[threadIdx.x] += s;
+    }
     if (!p.state_only) publish_state();
   }
 
@@ -331,10 +365,12 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
       for (int ni = 0; ni < S::kWN; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          dst[int64_t{s_row(mi, e / 2)} * p.v_dim + w.slice * NV + s_col(ni, e % 2)] = sacc[mi][ni][e];
+          dst[int64_t{s_row(mi, e / 2)} * (p.v_dim + 1) + w.slice * NV + s_col(ni, e % 2)] = sacc[mi][ni][e];
         }
+    for (int v = threadIdx.x; v < NV; v += kMmaThreads) dst[int64_t{K} * (p.v_dim + 1) + w.slice * NV + v] = ws[v];
     if (w.slice == 0) {
-      for (int k = threadIdx.x; k < K; k += kMmaThreads) dst[int64_t{K} * p.v_dim + k] = zs[k];
+      for (int k = threadIdx.x; k < K; k += kMmaThreads) dst[int64_t{k} * (p.v_dim + 1) + p.v_dim] = zs[k];
+      if (threadIdx.x == 0) dst[int64_t{K} * (p.v_dim + 1) + p.v_dim] = ws[NV];
     }
   }
 #endif

@@ -87,17 +87,14 @@ ffi::Error dispatch_k(cudaStream_t stream, const Params& p, int64_t k_dim, int n
   }
 }
 
-ffi::Error LinearAttentionCuda(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
-                               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> den,
-                               ffi::Result<ffi::AnyBuffer> workspace, bool normalize, float eps, bool reverse,
-                               int64_t parts) {
-  LinearAttentionArgs x;
-  JN_RETURN_IF_ERROR(linear_attention_args(a, b, c, *out, *den, *workspace, normalize, eps, reverse, parts, &x));
+ffi::Error run(cudaStream_t stream, const LinearAttentionArgs& x) {
   if (x.rows == 0 || x.len == 0) return ffi::Error::Success();
   Params p = {};
   p.a = x.a;
   p.b = x.b;
   p.c = x.c;
+  p.alpha = x.alpha;
+  p.beta = x.beta;
   p.out = x.out;
   p.den = x.den;
   p.states = x.states;
@@ -115,10 +112,33 @@ ffi::Error LinearAttentionCuda(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBu
   });
 }
 
+ffi::Error LinearAttentionCuda(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
+                               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> den,
+                               ffi::Result<ffi::AnyBuffer> workspace, bool normalize, float eps, bool reverse,
+                               int64_t parts) {
+  LinearAttentionArgs x;
+  JN_RETURN_IF_ERROR(linear_attention_args(a, b, c, nullptr, nullptr, *out, *den, *workspace, normalize, eps, reverse,
+                                           parts, &x));
+  return run(stream, x);
+}
+
+ffi::Error LinearAttentionRank1Cuda(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
+                                    ffi::AnyBuffer alpha, ffi::AnyBuffer beta, ffi::Result<ffi::AnyBuffer> out,
+                                    ffi::Result<ffi::AnyBuffer> den, ffi::Result<ffi::AnyBuffer> workspace,
+                                    bool normalize, float eps, bool reverse, int64_t parts) {
+  LinearAttentionArgs x;
+  JN_RETURN_IF_ERROR(linear_attention_args(a, b, c, &alpha, &beta, *out, *den, *workspace, normalize, eps, reverse,
+                                           parts, &x));
+  return run(stream, x);
+}
+
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormLinearAttentionCuda, LinearAttentionCuda,
-                              linear_attention_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+#define JN_CUDA_BIND ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormLinearAttentionCuda, LinearAttentionCuda, linear_attention_signature<false>(JN_CUDA_BIND),
                               {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormLinearAttentionRank1Cuda, LinearAttentionRank1Cuda,
+                              linear_attention_signature<true>(JN_CUDA_BIND), {ffi::Traits::kCmdBufferCompatible});
+#undef JN_CUDA_BIND
 
 }  // namespace jaxnorm
