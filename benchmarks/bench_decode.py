@@ -70,12 +70,6 @@ def candidates():
     }
 
 
-def _short(kernel_name: str) -> str:
-    """A kernel's name without its template arguments and namespaces, cut to 40 characters."""
-    base = kernel_name.split("(")[0].split("<")[0]
-    return base.split("::")[-1][:40]
-
-
 def bench_shape(timer, rng, shape, ceiling, dtype):
     b, L, hq, hkv, d = shape
     el = jnp.dtype(dtype).itemsize
@@ -111,7 +105,7 @@ def bench_shape(timer, rng, shape, ceiling, dtype):
         print(f"  {name:16s} {rec['us']:9.1f} us {rec['tb_s']:5.2f} TB/s ({100 * rec['frac_copy']:3.0f}% of copy)"
               f"  kernels {rec['kernels']}  max err {err:.3g}" + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
         if name in ("jaxnorm BHLD", "jax dpa cudnn") and len(rec["by_kernel_us"]) > 1:
-            print("      " + ", ".join(f"{_short(n)} {t:.1f}" for n, t in rec["by_kernel_us"].items()), flush=True)
+            print("      " + ", ".join(f"{dt.short_kernel_name(n)} {t:.1f}" for n, t in rec["by_kernel_us"].items()), flush=True)
     # The append form in a decoding loop: the caches carried through lax.fori_loop are updated in
     # place; the marginal cost of a step is (t(32 steps) - t(16 steps)) / 16, which leaves out the
     # one copy XLA makes of caches that the benchmark does not donate.

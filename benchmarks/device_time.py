@@ -69,6 +69,12 @@ def device_time(f: Callable, args: Sequence[tuple], *, reps: int = 5) -> dict:
             "kernels": sorted({n for _, _, n in events[: max(per_call, 1)]}), "by_kernel": by_kernel}
 
 
+def short_kernel_name(kernel_name: str) -> str:
+    """A kernel's name without its template arguments and namespaces, cut to 40 characters."""
+    base = kernel_name.split("(")[0].split("<")[0]
+    return base.split("::")[-1][:40]
+
+
 def copy_ceiling() -> float:
     """Bytes/s of `x + 1` over 256 MiB of float32 (bytes read + written), in device time: the
     ceiling every memory-bound kernel is held to, measured the same way as the kernels."""
