@@ -34,6 +34,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_address(row)));
 }
 
+// Two 8x8 matrices, each transposed; lanes 0-15 give the row addresses (lane i: row i % 8 of
+// matrix i / 8).
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_address(row)));
+}
+
 // The transpose of an 8x8 matrix held in registers (a C fragment's rows become a B fragment's).
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;

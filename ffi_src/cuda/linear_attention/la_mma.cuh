@@ -3,9 +3,10 @@
 // Per chunk (a, b, c tiles in shared memory by cp.async, the next chunk's in flight while this
 // one is computed), each of the 4 warps takes 16 rows of the chunk:
 //   scores  P = a b^T (16 x 64, float32), masked to j <= i (j >= i if reverse): row sums -> den;
-//   out     = a S + P c          (S the state before the chunk, rounded to T in shared memory);
-//   den    += a . z              (float32, z in shared memory);
-// then the state S += b^T c (each warp owns a tile of S in registers, float32) and z += sum b.
+//   out     = a S + P c,  den += a . z  (S and z the state before the chunk, rounded to T in
+//                                         shared memory: z is 8 more columns of S);
+// then the state S += b^T c (each warp owns a tile of S in registers, float32) and z += sum b
+// (an mma of b^T against ones; the running z is float32).
 // The rank-1 form adds alpha_i beta_j to the scores, alpha_i w to out and alpha_i u to den.
 // P leaves its mma as C fragments and enters the next as A fragments (no shared memory).
 // float16 has no exponent range to spare: P's rows and S are scaled by powers of two before
@@ -90,9 +91,11 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
   using S = MmaShape<T, K, NV>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* stages = reinterpret_cast<T*>(smem_raw);
-  T* s16 = stages + S::kStages * S::kStageElems;  // the state rounded to T: (K, kLdV)
-  float* zs = reinterpret_cast<float*>(s16 + K * S::kLdV);
-  float* ws = zs + K;  // w (NV), then u: the rank-1 term's state
+  // The state rounded to T, (K, kLdV): columns [0, NV) hold S, the 8 after them z (so a . z comes
+  // out of the same mma as a S).
+  T* s16 = stages + S::kStages * S::kStageElems;
+  float* zs = reinterpret_cast<float*>(s16 + K * S::kLdV);  // z, float32
+  float* ws = zs + K;                                        // w (NV), then u: the rank-1 state
   const bool rank1 = p.alpha != nullptr;
   __shared__ float red[S::kWarps];
   __shared__ int shift_s;
@@ -100,8 +103,10 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
   const Work w = work_of(p);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wm = warp % S::kWarpsM, wn = warp / S::kWarpsM;
+  const uint32_t ones = pack2<T>(1.f, 1.f);
 
   // The warp's tiles of S: rows 16 (wm * kWM + mi) + g (+8), columns 8 (wn * kWN + ni) + 2t (+1).
+  // Rows of z and columns of w belong to the lanes that hold them in the same fragments.
   float sacc[S::kWM][S::kWN][4];
   auto s_row = [&](int mi, int h) { return 16 * (wm * S::kWM + mi) + g + 8 * h; };
   auto s_col = [&](int ni, int e) { return 8 * (wn * S::kWN + ni) + 2 * t + e; };
@@ -132,18 +137,23 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
       }
     }
   }
+  __syncthreads();  // zs and ws are read by other threads from here on
 
-  // Writes S (times 2^-shift for float16) to s16; float16 first finds the shift from max |S|.
+  // The lanes that own z's rows: t == 0 of the warps with wn == 0 (rows g and g + 8 of each m-tile).
+  const bool z_owner = wn == 0 && t == 0;
+  // Writes S and z (times 2^-shift for float16) to s16; float16 first finds the shift from max |S|.
   auto publish_state = [&]() {
     int shift = 0;
     if constexpr (S::kScaled) {
       float m = 0.f;
 #pragma unroll
-      for (int mi = 0; mi < S::kWM; ++mi)
+      for (int mi = 0; mi < S::kWM; ++mi) {
 #pragma unroll
         for (int ni = 0; ni < S::kWN; ++ni)
 #pragma unroll
           for (int e = 0; e < 4; ++e) m = fmaxf(m, fabsf(sacc[mi][ni][e]));
+        if (z_owner) m = fmaxf(m, fmaxf(fabsf(zs[s_row(mi, 0)]), fabsf(zs[s_row(mi, 1)])));
+      }
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
       if (lane == 0) red[warp] = m;
@@ -156,12 +166,19 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
 #pragma unroll
     for (int mi = 0; mi < S::kWM; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < S::kWN; ++ni)
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int ni = 0; ni < S::kWN; ++ni) {
           *reinterpret_cast<uint32_t*>(s16 + s_row(mi, h) * S::kLdV + s_col(ni, 0)) =
               pack2<T>(sacc[mi][ni][2 * h] * scale, sacc[mi][ni][2 * h + 1] * scale);
         }
+        if (z_owner) {
+          const float z = zs[s_row(mi, h)] * scale;
+          const uint32_t zz = pack2<T>(z, z);
+          uint4 row8 = make_uint4(zz, zz, zz, zz);
+          *reinterpret_cast<uint4*>(s16 + s_row(mi, h) * S::kLdV + NV) = row8;
+        }
+      }
   };
   if (!p.state_only) publish_state();
 
@@ -174,7 +191,7 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
       load_chunk<T, K, NV>(st, p, w, ci);
     }
     cp_async_wait<0>();
-    __syncthreads();  // the chunk's tiles, s16, zs and shift_s are ready; the other stage is free
+    __syncthreads();  // the chunk's tiles, s16, zs, ws and shift_s are ready; the other stage is free
     if (S::kStages == 2 && it + 1 < w.count) {
       load_chunk<T, K, NV>(stages + ((it + 1) % 2) * S::kStageElems, p, w, chunk_at(p, w, it + 1));
     }
@@ -185,26 +202,41 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
 
     if (!p.state_only) {
       const int r0 = 16 * warp;  // the warp's rows within the chunk
-      // Scores: pairs of n-tiles (16 positions) jp; only those on the kept side of the diagonal.
-      float sc[8][4];
+      auto kept_pair = [&](int jp) { return p.reverse ? jp >= warp : jp <= warp; };
+      // One pass over a's k-steps: the scores P = a b^T (pairs of n-tiles jp, only those on the
+      // kept side of the diagonal), out = a S and a . z (the extra n-tile).
+      float sc[8][4], o[S::kNT][4], dz[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) sc[j][e] = 0.f;
-      auto kept_pair = [&](int jp) { return p.reverse ? jp >= warp : jp <= warp; };
+#pragma unroll
+      for (int n = 0; n < S::kNT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < K / 16; ++kk) {
+        const int m = lane / 8;
         uint32_t af[4];
-        ldmatrix_x4(af, ta + (r0 + lane % 8 + 8 * ((lane / 8) % 2)) * S::kLdK + 16 * kk + 8 * (lane / 16));
+        ldmatrix_x4(af, ta + (r0 + lane % 8 + 8 * (m % 2)) * S::kLdK + 16 * kk + 8 * (m / 2));
 #pragma unroll
         for (int jp = 0; jp < 4; ++jp) {
           if (!kept_pair(jp)) continue;
           uint32_t bf[4];
-          const int m = lane / 8;
           ldmatrix_x4(bf, tb + (16 * jp + lane % 8 + 8 * (m / 2)) * S::kLdK + 16 * kk + 8 * (m % 2));
           mma_16816<T>(sc[2 * jp], af, bf[0], bf[1]);
           mma_16816<T>(sc[2 * jp + 1], af, bf[2], bf[3]);
         }
+#pragma unroll
+        for (int np = 0; np < S::kNT / 2; ++np) {
+          uint32_t bf[4];
+          ldmatrix_x4_trans(bf, s16 + (16 * kk + lane % 8 + 8 * (m % 2)) * S::kLdV + 16 * np + 8 * (m / 2));
+          mma_16816<T>(o[2 * np], af, bf[0], bf[1]);
+          mma_16816<T>(o[2 * np + 1], af, bf[2], bf[3]);
+        }
+        uint32_t zf[2];
+        ldmatrix_x2_trans(zf, s16 + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * S::kLdV + NV);
+        mma_16816<T>(dz, af, zf[0], zf[1]);
       }
       float al[2] = {0.f, 0.f};  // alpha of rows g and g + 8
       if (rank1) {
@@ -234,30 +266,10 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int o = 1; o < 4; o *= 2) {
-          rsum[h] += __shfl_xor_sync(0xffffffffu, rsum[h], o);
-          rmax[h] = fmaxf(rmax[h], __shfl_xor_sync(0xffffffffu, rmax[h], o));
+        for (int o2 = 1; o2 < 4; o2 *= 2) {
+          rsum[h] += __shfl_xor_sync(0xffffffffu, rsum[h], o2);
+          rmax[h] = fmaxf(rmax[h], __shfl_xor_sync(0xffffffffu, rmax[h], o2));
         }
-
-      // out = a S (scaled back), then + P c.
-      float o[S::kNT][4];
-#pragma unroll
-      for (int n = 0; n < S::kNT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < K / 16; ++kk) {
-        uint32_t af[4];
-        ldmatrix_x4(af, ta + (r0 + lane % 8 + 8 * ((lane / 8) % 2)) * S::kLdK + 16 * kk + 8 * (lane / 16));
-#pragma unroll
-        for (int np = 0; np < S::kNT / 2; ++np) {
-          uint32_t bf[4];
-          const int m = lane / 8;
-          ldmatrix_x4_trans(bf, s16 + (16 * kk + lane % 8 + 8 * (m % 2)) * S::kLdV + 16 * np + 8 * (m / 2));
-          mma_16816<T>(o[2 * np], af, bf[0], bf[1]);
-          mma_16816<T>(o[2 * np + 1], af, bf[2], bf[3]);
-        }
-      }
       float rscale[2] = {1.f, 1.f}, rback[2] = {1.f, 1.f};
       float sback = 1.f;
       if constexpr (S::kScaled) {
@@ -275,6 +287,7 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
 #pragma unroll
           for (int e = 0; e < 4; ++e) o[n][e] = (o[n][e] * sback + al[e / 2] * ws[8 * n + 2 * t + e % 2]) * rscale[e / 2];
       }
+      // out += P c.
 #pragma unroll
       for (int jp = 0; jp < 4; ++jp) {
         if (!kept_pair(jp)) continue;
@@ -292,35 +305,37 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
           mma_16816<T>(o[2 * np + 1], af, bf[2], bf[3]);
         }
       }
-      // den: the rows' dot with z (float32; lane t takes a quarter of K), plus the row sums.
-      float den[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const T* arow = ta + (r0 + g + 8 * h) * S::kLdK + t * (K / 4);
-        float d = 0.f;
-#pragma unroll 8
-        for (int k = 0; k < K / 4; ++k) d += to_float(arow[k]) * zs[t * (K / 4) + k];
-#pragma unroll
-        for (int o2 = 1; o2 < 4; o2 *= 2) d += __shfl_xor_sync(0xffffffffu, d, o2);
-        den[h] = d + rsum[h] + al[h] * ws[NV];
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
+        const float den = dz[2 * h] * sback + rsum[h] + al[h] * ws[NV];
         const int pos = ci * kChunk + r0 + g + 8 * h;
         if (pos >= p.len) continue;
-        const float inv = p.normalize ? 1.f / (den[h] + p.eps) : 1.f;
+        const float inv = p.normalize ? 1.f / (den + p.eps) : 1.f;
         const float back = rback[h] * inv;
         T* orow = static_cast<T*>(p.out) + (w.row * p.len + pos) * int64_t{p.v_dim} + w.slice * NV;
 #pragma unroll
         for (int n = 0; n < S::kNT; ++n) {
           *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) = pack2<T>(o[n][2 * h] * back, o[n][2 * h + 1] * back);
         }
-        if (w.slice == 0 && t == 0) p.den[w.row * p.len + pos] = den[h];
+        if (w.slice == 0 && t == 0) p.den[w.row * p.len + pos] = den;
       }
-      __syncthreads();  // s16 and zs are read; the state may move on
+      __syncthreads();  // s16, zs and ws are read; the state may move on
     }
 
-    // S += b^T c over the chunk's 64 positions; z += the column sums of b.
+    // S += b^T c over the chunk's 64 positions; the chunk's sums of b (z, by an mma against ones)
+    // and, in the rank-1 form, of beta c and beta (w and u: an A fragment whose row 0 is beta).
+    float zc[S::kWM][4], wc[S::kWN][4], uc[4];
+#pragma unroll
+    for (int mi = 0; mi < S::kWM; ++mi)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) zc[mi][e] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) uc[e] = 0.f;
+#pragma unroll
+    for (int ni = 0; ni < S::kWN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) wc[ni][e] = 0.f;
+    const bool w_warp = rank1 && wm == 0;
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk) {
       const int m = lane / 8;
@@ -340,24 +355,43 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
           mma_16816<T>(sacc[mi][2 * np], af, bfr[np][0], bfr[np][1]);
           mma_16816<T>(sacc[mi][2 * np + 1], af, bfr[np][2], bfr[np][3]);
         }
+        if (wn == 0) mma_16816<T>(zc[mi], af, ones, ones);
+      }
+      if (w_warp) {
+        const float* be = tbeta + 16 * kk + 2 * t;
+        uint32_t af[4];
+        af[0] = g == 0 ? pack2<T>(be[0], be[1]) : 0u;
+        af[1] = 0u;
+        af[2] = g == 0 ? pack2<T>(be[8], be[9]) : 0u;
+        af[3] = 0u;
+#pragma unroll
+        for (int np = 0; np < S::kWN / 2; ++np) {
+          mma_16816<T>(wc[2 * np], af, bfr[np][0], bfr[np][1]);
+          mma_16816<T>(wc[2 * np + 1], af, bfr[np][2], bfr[np][3]);
+        }
+        if (wn == 0) mma_16816<T>(uc, af, ones, ones);
       }
     }
-    for (int k = threadIdx.x; k < K; k += kMmaThreads) {
-      float s = 0.f;
-#pragma unroll 8
-      for (int r = 0; r < kChunk; ++r) s += to_float(tb[r * S::kLdK + k]);
-      zs[k] += s;
+    if (z_owner) {
+#pragma unroll
+      for (int mi = 0; mi < S::kWM; ++mi) {
+        zs[s_row(mi, 0)] += zc[mi][0];
+        zs[s_row(mi, 1)] += zc[mi][2];
+      }
     }
-    if (rank1 && threadIdx.x <= NV) {  // w += sum beta_j c_j, u += sum beta_j
-      float s = 0.f;
-#pragma unroll 8
-      for (int r = 0; r < kChunk; ++r) s += tbeta[r] * (threadIdx.x < NV ? to_float(tc[r * S::kLdV + threadIdx.x]) : 1.f);
-      ws[threadIdx.x] += s;
+    if (w_warp && g == 0) {
+#pragma unroll
+      for (int ni = 0; ni < S::kWN; ++ni) {
+        ws[s_col(ni, 0)] += wc[ni][0];
+        ws[s_col(ni, 1)] += wc[ni][1];
+      }
+      if (wn == 0 && t == 0) ws[NV] += uc[0];
     }
     if (!p.state_only) publish_state();
   }
 
   if (p.state_only) {  // this part's own sums, for the parts after it
+    __syncthreads();
     float* dst = part_state<K>(p, w.row, w.part);
 #pragma unroll
     for (int mi = 0; mi < S::kWM; ++mi)
