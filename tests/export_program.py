@@ -14,6 +14,7 @@ ROWS, WIDTH = 6, 64
 VOCAB = 50
 BATCH, MAX_LEN, CAPACITY, HEADS, HEAD_DIM = 3, 5, 12, 2, 64
 KV_HEADS, CACHE_LEN = 1, 16
+LA_LEN, LA_DV = 70, 32  # linear attention: past one 64-position chunk, d_v != d_k
 
 
 def inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -36,6 +37,9 @@ def inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "cache_lengths": np.array([16, 7, 0], np.int32),
         "ids": rng.integers(0, VOCAB, (BATCH, 4)).astype(np.int32),
         "table": f32(VOCAB, WIDTH),
+        "la_q": f32(BATCH, HEADS, LA_LEN, HEAD_DIM),
+        "la_k": f32(BATCH, HEADS, LA_LEN, HEAD_DIM),
+        "la_v": f32(BATCH, HEADS, LA_LEN, LA_DV),
     }
 
 
@@ -94,5 +98,15 @@ def _embedding(a):
     return {"embed": embed(a["table"]), "dtable": dtable}
 
 
+def _linear_attention(a):
+    q, k, v = a["la_q"], a["la_k"], a["la_v"]
+    out, (s, z) = jaxnorm.linear_attention(q, k, v, return_state=True)
+    # the gradient runs the same kernel on permuted operands (summing forwards and backwards)
+    dq, dk, dv = jax.grad(lambda q, k, v: jnp.sum(jnp.sin(jaxnorm.linear_attention(q, k, v))), (0, 1, 2))(q, k, v)
+    step, _ = jaxnorm.linear_attention_step(q[:, :, -1], k[:, :, -1], v[:, :, -1], (s, z))
+    return {"linear_attention": out, "la_dq": dq, "la_dk": dk, "la_dv": dv, "la_step": step}
+
+
 def program(a: dict) -> dict:
-    return {**_norms(a), **_softmax(a), **_sampling(a), **_padding(a), **_decode(a), **_embedding(a)}
+    return {**_norms(a), **_softmax(a), **_sampling(a), **_padding(a), **_decode(a), **_embedding(a),
+            **_linear_attention(a)}
