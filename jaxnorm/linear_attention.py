@@ -253,7 +253,8 @@ def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callabl
 
 def _non_causal(qm, km, v, normalize, eps):
     f32 = jnp.float32
-    s = jnp.einsum("bhlk,bhlv->bhkv", km, v, preferred_element_type=f32)
+    # Full float32 products (no TF32 on GPUs), as the causal kernels' float32 path.
+    s = jnp.einsum("bhlk,bhlv->bhkv", km, v, preferred_element_type=f32, precision="highest")
     num = jnp.einsum("bhlk,bhkv->bhlv", qm.astype(f32), s, precision="highest")
     if normalize:
         z = km.astype(f32).sum(axis=2)
