@@ -361,6 +361,52 @@ def self_check_decoding() -> int:
     return failures
 
 
+def self_check_linear_attention() -> int:
+    """Causal linear attention: the forward (two chunks and a bit), every gradient and the
+    recurrent step against jaxnorm.reference (computed in float32 from the same inputs), and that
+    the forward and the backward run the jaxnorm kernel."""
+    print("\n== self-check of causal linear attention against jaxnorm.reference")
+    failures = 0
+    rng = np.random.default_rng(5)
+    f32 = lambda *xs: [x.astype(jnp.float32) for x in xs]  # noqa: E731
+    # Relative to the result's largest element: float32 sums of len * d_k terms; bfloat16 rounds
+    # phi(q), phi(k) and (on the GPU) the chunk scores and the state, a few 2^-8 each.
+    close = lambda a, b, tol: bool(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32)))  # noqa: E731
+                                   <= tol * max(1.0, float(jnp.max(jnp.abs(jnp.asarray(b, jnp.float32))))))
+    for dtype_name, tol in (("float32", 1e-5), ("bfloat16", 2e-2)):
+        dtype = T.DTYPES[dtype_name]
+
+        def run(checks, dtype=dtype, tol=tol):
+            q, k = (jnp.asarray(rng.standard_normal((2, 3, 130, 64)), dtype) for _ in range(2))
+            v = jnp.asarray(rng.standard_normal((2, 3, 130, 32)), dtype)
+            ct = jnp.asarray(rng.standard_normal(v.shape), jnp.float32)
+            checks["linear_attention == reference"] = close(
+                jax.jit(jaxnorm.linear_attention)(q, k, v), reference.linear_attention(*f32(q, k, v)), tol)
+            checks["linear_attention normalize=False == reference"] = close(
+                jaxnorm.linear_attention(q, k, v, normalize=False),
+                reference.linear_attention(*f32(q, k, v), normalize=False), tol)
+            loss = lambda f: lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32) * ct)  # noqa: E731
+            got = jax.jit(jax.grad(loss(jaxnorm.linear_attention), argnums=(0, 1, 2)))(q, k, v)
+            want = jax.grad(loss(reference.linear_attention), argnums=(0, 1, 2))(*f32(q, k, v))
+            for name, g, w in zip("qkv", got, want):
+                checks[f"grad d{name} of linear_attention == reference"] = close(g, w, 2 * tol)
+            _, state = jaxnorm.linear_attention(q[:, :, :100], k[:, :, :100], v[:, :, :100], return_state=True)
+            full = jaxnorm.linear_attention(q, k, v)
+            step_ok = True
+            for t in range(100, 103):
+                out, state = jaxnorm.linear_attention_step(q[:, :, t], k[:, :, t], v[:, :, t], state)
+                step_ok &= close(out, full[:, :, t], tol)
+            checks["linear_attention_step continues the parallel form"] = step_ok
+            targets, err = _lowered_targets(lambda *a: jaxnorm.linear_attention(*a), q, k, v)
+            targets_b, err_b = _lowered_targets(jax.grad(loss(jaxnorm.linear_attention), argnums=(0, 1, 2)), q, k, v)
+            checks["fwd and grad lower to jaxnorm_linear_attention"] = (
+                "jaxnorm_linear_attention" in targets and "jaxnorm_linear_attention" in targets_b
+                and not err and not err_b)
+
+        failures += _report_checks("linear attention", dtype_name, run, width=52)
+    return failures
+
+
 # ----------------------------------------------------------------------------------------------
 # (c) timing
 
@@ -461,6 +507,7 @@ def main(argv=None) -> int:
         failures += self_check_sampling()
         failures += self_check_padding()
         failures += self_check_decoding()
+        failures += self_check_linear_attention()
         failures += self_check_transforms()
     if not args.no_bench:
         failures += timing(args.dtype)
