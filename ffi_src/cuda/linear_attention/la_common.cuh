@@ -62,6 +62,9 @@ __device__ __forceinline__ float* part_state(const Params& p, int64_t row, int p
   return p.states + (row * p.parts + part) * int64_t{K + 1} * (p.v_dim + 1);
 }
 
+// Offset of the augmented state's element (k, v): row K holds w and u, column v_dim z and u.
+__device__ __forceinline__ int64_t state_offset(const Params& p, int k, int v) { return int64_t{k} * (p.v_dim + 1) + v; }
+
 // Whether part q comes before part `part` in walking order (its state is in the prefix).
 __device__ __forceinline__ bool precedes(const Params& p, int q, int part) {
   return p.reverse ? q > part : q < part;

@@ -118,23 +118,23 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
       for (int e = 0; e < 4; ++e) sacc[mi][ni][e] = 0.f;
   for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] = 0.f;
   for (int v = threadIdx.x; v <= NV; v += kMmaThreads) ws[v] = 0.f;
+  // f(element of sacc, its offset in a part's state) for each of the warp's elements of S.
+  auto for_state = [&](auto f) {
+#pragma unroll
+    for (int mi = 0; mi < S::kWM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < S::kWN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(sacc[mi][ni][e], state_offset(p, s_row(mi, e / 2), w.slice * NV + s_col(ni, e % 2)));
+  };
 
   if (!p.state_only && p.parts > 1) {  // start from the parts before this one, in a fixed order
     for (int q = 0; q < p.parts; ++q) {
       if (!precedes(p, q, w.part)) continue;
       const float* src = part_state<K>(p, w.row, q);
-#pragma unroll
-      for (int mi = 0; mi < S::kWM; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < S::kWN; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            sacc[mi][ni][e] += src[int64_t{s_row(mi, e / 2)} * (p.v_dim + 1) + w.slice * NV + s_col(ni, e % 2)];
-          }
-      for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] += src[int64_t{k} * (p.v_dim + 1) + p.v_dim];
-      for (int v = threadIdx.x; v <= NV; v += kMmaThreads) {
-        ws[v] += src[int64_t{K} * (p.v_dim + 1) + (v < NV ? w.slice * NV + v : p.v_dim)];
-      }
+      for_state([&](float& x, int64_t at) { x += src[at]; });
+      for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] += src[state_offset(p, k, p.v_dim)];
+      for (int v = threadIdx.x; v <= NV; v += kMmaThreads) ws[v] += src[state_offset(p, K, v < NV ? w.slice * NV + v : p.v_dim)];
     }
   }
   __syncthreads();  // zs and ws are read by other threads from here on
@@ -393,18 +393,11 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
   if (p.state_only) {  // this part's own sums, for the parts after it
     __syncthreads();
     float* dst = part_state<K>(p, w.row, w.part);
-#pragma unroll
-    for (int mi = 0; mi < S::kWM; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < S::kWN; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          dst[int64_t{s_row(mi, e / 2)} * (p.v_dim + 1) + w.slice * NV + s_col(ni, e % 2)] = sacc[mi][ni][e];
-        }
-    for (int v = threadIdx.x; v < NV; v += kMmaThreads) dst[int64_t{K} * (p.v_dim + 1) + w.slice * NV + v] = ws[v];
+    for_state([&](float& x, int64_t at) { dst[at] = x; });
+    for (int v = threadIdx.x; v < NV; v += kMmaThreads) dst[state_offset(p, K, w.slice * NV + v)] = ws[v];
     if (w.slice == 0) {
-      for (int k = threadIdx.x; k < K; k += kMmaThreads) dst[int64_t{k} * (p.v_dim + 1) + p.v_dim] = zs[k];
-      if (threadIdx.x == 0) dst[int64_t{K} * (p.v_dim + 1) + p.v_dim] = ws[NV];
+      for (int k = threadIdx.x; k < K; k += kMmaThreads) dst[state_offset(p, k, p.v_dim)] = zs[k];
+      if (threadIdx.x == 0) dst[state_offset(p, K, p.v_dim)] = ws[NV];
     }
   }
 #endif

@@ -50,12 +50,10 @@ __global__ void __launch_bounds__(kSimtThreads) linear_attention_simt_kernel(Par
       if (!precedes(p, q, w.part)) continue;
       const float* src = part_state<K>(p, w.row, q);
       for (int i = threadIdx.x; i < K * NV; i += kSimtThreads) {
-        ss[i] += src[int64_t{i / NV} * (p.v_dim + 1) + w.slice * NV + i % NV];
+        ss[i] += src[state_offset(p, i / NV, w.slice * NV + i % NV)];
       }
-      for (int k = threadIdx.x; k < K; k += kSimtThreads) zs[k] += src[int64_t{k} * (p.v_dim + 1) + p.v_dim];
-      for (int v = threadIdx.x; v <= NV; v += kSimtThreads) {
-        ws[v] += src[int64_t{K} * (p.v_dim + 1) + (v < NV ? w.slice * NV + v : p.v_dim)];
-      }
+      for (int k = threadIdx.x; k < K; k += kSimtThreads) zs[k] += src[state_offset(p, k, p.v_dim)];
+      for (int v = threadIdx.x; v <= NV; v += kSimtThreads) ws[v] += src[state_offset(p, K, v < NV ? w.slice * NV + v : p.v_dim)];
     }
   }
   const float* ga = static_cast<const float*>(p.a) + w.row * p.len * int64_t{K};
@@ -139,12 +137,12 @@ __global__ void __launch_bounds__(kSimtThreads) linear_attention_simt_kernel(Par
     __syncthreads();
     float* dst = part_state<K>(p, w.row, w.part);
     for (int e = threadIdx.x; e < K * NV; e += kSimtThreads) {
-      dst[int64_t{e / NV} * (p.v_dim + 1) + w.slice * NV + e % NV] = ss[e];
+      dst[state_offset(p, e / NV, w.slice * NV + e % NV)] = ss[e];
     }
-    for (int v = threadIdx.x; v < NV; v += kSimtThreads) dst[int64_t{K} * (p.v_dim + 1) + w.slice * NV + v] = ws[v];
+    for (int v = threadIdx.x; v < NV; v += kSimtThreads) dst[state_offset(p, K, w.slice * NV + v)] = ws[v];
     if (w.slice == 0) {
-      for (int k = threadIdx.x; k < K; k += kSimtThreads) dst[int64_t{k} * (p.v_dim + 1) + p.v_dim] = zs[k];
-      if (threadIdx.x == 0) dst[int64_t{K} * (p.v_dim + 1) + p.v_dim] = ws[NV];
+      for (int k = threadIdx.x; k < K; k += kSimtThreads) dst[state_offset(p, k, p.v_dim)] = zs[k];
+      if (threadIdx.x == 0) dst[state_offset(p, K, p.v_dim)] = ws[NV];
     }
   }
 }
