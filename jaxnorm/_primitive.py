@@ -162,8 +162,18 @@ def map_batching(args, dims, *, prim: Primitive, **params):
     return list(outs), [0] * len(outs)
 
 
+def _empty_batch(args, dims, prim: Primitive, params):
+    """vmap over an axis of size 0: no launch, empty results of the per-example shapes."""
+    one = [a if d is NOT_MAPPED else jax.ShapeDtypeStruct(a.shape[:d] + a.shape[d + 1:], a.dtype)
+           for a, d in zip(args, dims)]
+    outs = jax.eval_shape(lambda *a: prim.bind(*a, **params), *one)
+    return [jnp.zeros((0, *o.shape), o.dtype) for o in outs], [0] * len(outs)
+
+
 def _batching(args, dims, *, specs: tuple[str, ...], prim: Primitive, **params):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not NOT_MAPPED)
+    if size == 0:
+        return _empty_batch(args, dims, prim, params)
     shared_batched = any(
         not _folds(spec) and d is not NOT_MAPPED for spec, d in zip(specs, dims)
     )

@@ -463,6 +463,14 @@ def test_empty(shape, causal):
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
 
 
+def test_vmap_over_an_empty_axis():
+    q = jnp.ones((0, 2, 3, 5, 32), F32)
+    out = jax.vmap(jaxnorm.linear_attention)(q, q, q)
+    assert out.shape == q.shape and out.dtype == F32
+    g = jax.vmap(jax.grad(lambda q: jnp.sum(jaxnorm.linear_attention(q, q, q))))(q)
+    assert g.shape == q.shape
+
+
 @pytest.mark.parametrize("change,exc,match", [
     (dict(q=jnp.zeros((3, 8, 64), F32), k=jnp.zeros((3, 8, 64), F32), v=jnp.zeros((3, 8, 32), F32)), ValueError, "rank 4"),
     (dict(v=jnp.zeros((2, 3, 8), F32)), ValueError, "rank 4"),

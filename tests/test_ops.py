@@ -97,6 +97,18 @@ def test_cluster_workers_take_many_rows(op, shape, dtype, rng):
 
 
 @op_params()
+def test_vmap_over_an_empty_axis(op, rng):
+    # No launch at all: the batching rule returns empty results of the per-example shapes, and
+    # so does the gradient's.
+    x = jnp.zeros((0, 3, 16), BF16)
+    params = make_params(op, rng, (16,), BF16)
+    y = jax.vmap(lambda x: op.fn(x, *params))(x)
+    assert (y.shape, y.dtype) == (x.shape, x.dtype)
+    g = jax.vmap(jax.grad(lambda x: jnp.sum(op.fn(x, *params).astype(jnp.float32))))(x)
+    assert (g.shape, g.dtype) == (x.shape, x.dtype)
+
+
+@op_params()
 @pytest.mark.parametrize("shape", [(0, 16), (2, 0, 16)], ids=str)
 def test_empty_leading_shape(op, shape, rng):
     dtype = BF16  # the dtype must survive the early return too

@@ -152,6 +152,12 @@ JIT_SCRIPT = textwrap.dedent(
     for g, w in zip(got, want):
         assert np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max() < 1e-5
         assert g.sharding.spec[0] == ("b", "s"), g.sharding
+    # Causal linear attention, batch sharded: each device runs the kernel (and, in the gradient,
+    # its three transposed launches) on its own rows.
+    lq, lk, lv = (jax.device_put(jnp.asarray(rng.normal(size=(8, 2, 40, 32)), jnp.float32), rows) for _ in "qkv")
+    check("linear_attention", jaxnorm.linear_attention, reference.linear_attention, lq, lk, lv)
+    check("linear_attention grad", jax.grad(loss(jaxnorm.linear_attention), (0, 1, 2)),
+          jax.grad(loss(reference.linear_attention), (0, 1, 2)), lq, lk, lv)
     # Sampling: filter_logits always, sample with a key per row, each device on its own rows and
     # bit-equal to the unsharded call; one key shared by the batch numbers rows globally, so that
     # call is not split (XLA gathers) and still equals the unsharded tokens.
