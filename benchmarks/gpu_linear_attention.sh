@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU call for causal linear attention: build, the op's tests (when tests/test_linear_attention.py
-# exists), flash-linear-attention from the wheels in .whl/ (git-ignored; see README), and
+# GPU call for causal linear attention: build, the family's tests (PYTEST_ARGS overrides),
+# flash-linear-attention from the wheels in .whl/ (git-ignored; see README), and
 # bench_linear_attention.py --fla (device time), everything written to $OUT. The benchmark gets
 # what is left of 570 s from the build's start (BENCH_TIMEOUT overrides), so the call fits in 10 min;
 # it writes its files after every shape, so a cut run keeps what it measured.
@@ -8,11 +8,10 @@
 #   BENCH_ARGS: e.g. --quick, --reps 3, --fla-timer events (if torch.profiler misbehaves beside
 #   JAX's profiler); TESTS=0 skips the tests.
 source "$(dirname "$0")/gpu_setup.sh"
-if [ "${TESTS:-1}" = 1 ] && [ -f tests/test_linear_attention.py ]; then
-  timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -n 12 -p no:benchmark tests/test_linear_attention.py 2>&1 |
+if [ "${TESTS:-1}" = 1 ]; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -n 12 -p no:benchmark \
+    ${PYTEST_ARGS:-tests/test_linear_attention.py tests/test_ffi_targets.py tests/test_export.py} 2>&1 |
     tee "$OUT/pytest-linear-attention.log" | tail -4
-else
-  echo "tests: skipped (TESTS=${TESTS:-1}, tests/test_linear_attention.py $([ -f tests/test_linear_attention.py ] || echo absent))"
 fi
 FLA=""
 if ls .whl/*.whl >/dev/null 2>&1; then
