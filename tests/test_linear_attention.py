@@ -169,6 +169,16 @@ def test_long_sequences_every_dtype(dtype, rng):
         check(run(q, k, v, normalize=normalize), q, k, v, normalize=normalize, recurrent=True)
 
 
+@pytest.mark.wide
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_64k_positions_16bit(dtype, rng):
+    # 65536 positions in one row, normalized, against the float64 recurrence: the float32 state
+    # carried over 1024 chunks and 32 parts, and float16's power-of-two scaling of the state,
+    # whose sums grow with the length.
+    q, k, v = make(rng, 1, 2, 65536, 64, 64, dtype)
+    check(run(q, k, v), q, k, v, recurrent=True)
+
+
 def test_parts_depend_on_shape_only():
     # The workspace's bound on the CUDA handler's parts: a function of the shapes alone.
     assert CHUNK == 64  # the lengths of SHAPES straddle it
