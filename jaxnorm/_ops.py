@@ -168,6 +168,16 @@ EMBED_BWD = FfiOp(
 # the scores (float32); with `normalize`, out = num / (den + eps). Workspace: the states of up to
 # `parts` pieces of each sequence (see common/linear_attention_args.h), so that a few long
 # sequences still fill the GPU.
+def linear_attention_parts(rows: int, length: int, k_dim: int, v_dim: int) -> int:
+    """The most pieces the CUDA kernel may cut each sequence into (its workspace's bound): enough
+    for about 1056 CTAs (8 an SM on an H100) over the rows and the slices of v (64 columns, 32
+    when k_dim is 256), at most 32 and one per 64-position chunk. The handler takes fewer when
+    the GPU is full with fewer."""
+    slices = -(-v_dim // (32 if k_dim >= 256 else 64))
+    want = -(-1056 // max(1, rows * slices))
+    return max(1, min(32, -(-length // 64), want))
+
+
 def _linear_attention_workspace(avals_in, params):
     rows, _, k_dim = avals_in[0].shape
     v_dim = avals_in[2].shape[2]
@@ -179,10 +189,12 @@ def _linear_attention(rank1):
     return FfiOp(
         name="jaxnorm_linear_attention" + ("_rank1" if rank1 else ""),
         operands=("R,L,K", "R,L,K", "R,L,V") + (("R,L", "R,L") if rank1 else ()),  # a, b, c [, alpha, beta (f32)]
-        results=(("R,L,V", "x"), ("R,L", F32)),
-        attrs=("normalize", "eps", "reverse", "parts"),
+        # num in float32 for forward mode's tangents (unnormalized sums overflow float16)
+        results=(("R,L,V", lambda avals, params: F32 if params["f32_out"] else avals[0].dtype), ("R,L", F32)),
+        attrs=("normalize", "eps", "reverse", "f32_out", "parts"),
         workspace=_linear_attention_workspace,
         row_sharded=True,
+        derived=lambda avals: {"parts": linear_attention_parts(*avals[0].shape, avals[2].shape[2])},
     )
 
 

@@ -24,7 +24,7 @@ parameters, "C") is shared by every row, and a batched one makes vmap map sequen
 whose operands are not rows (index maps, sequences) replaces the vmap rule with its own
 (`batching.primitive_batchers[prim]`), as jaxnorm.padding does.
 A result's dtype is "x" (the first operand's), an int i (operand i's: an op whose first operand is
-an index, as jaxnorm.embedding's) or a numpy dtype.
+an index, as jaxnorm.embedding's), a numpy dtype, or a function of (avals, params).
 
 An op may alias results with operands (`aliases`): a KV cache updated in place.
 
@@ -56,7 +56,8 @@ NOT_MAPPED = None  # how batching rules mark an operand without a batch axis
 class FfiOp:
     name: str  # FFI target name, also the primitive's name
     operands: tuple[str, ...]  # shape specs, see module docstring
-    results: tuple[tuple[str, object], ...]  # (spec, dtype): "x" the first operand's, int i operand i's
+    results: tuple[tuple[str, object], ...]  # (spec, dtype): "x" the first operand's, int i operand i's,
+    # or (avals, params) -> dtype
     attrs: tuple[str, ...]  # params passed to the handler as FFI attributes
     # (avals_in, params) -> extra workspace results appended in the lowering
     workspace: Callable[[Sequence[ShapedArray], dict], list[ShapedArray]] | None = None
@@ -67,6 +68,9 @@ class FfiOp:
     row_sharded: bool = False
     # (avals_in) -> whether these operands let each device take its rows alone (None: always).
     rows_local: Callable[[Sequence[ShapedArray]], bool] | None = None
+    # (avals_in) -> attributes computed from the operands' shapes at lowering, so that they follow
+    # vmap's folding and each device's shard (a workspace bound), never bound as params.
+    derived: Callable[[Sequence[ShapedArray]], dict] | None = None
 
 
 # Every FFI target jaxnorm lowers to, by name, in the order declared: filled by make_primitive so
@@ -110,6 +114,8 @@ def _result_avals(op: FfiOp, avals, params):
     for spec, dtype in op.results:
         if isinstance(dtype, int):
             dt = avals[dtype].dtype
+        elif callable(dtype) and not isinstance(dtype, (type, np.dtype)):  # np.float32 is callable too
+            dt = np.dtype(dtype(avals, params))
         else:
             dt = avals[0].dtype if dtype == "x" else np.dtype(dtype)
         out.append(result_aval(avals, tuple(_size(s, sizes, params) for s in _symbols(spec)), dt))
@@ -128,6 +134,8 @@ def _attr_value(v):
 def _lowering(ctx, *args, op: FfiOp, platform: str, **params):
     if platform == "cuda" and not _ffi.cuda_built():
         raise RuntimeError(_ffi.cuda_unavailable_reason())
+    if op.derived:
+        params = {**params, **op.derived(ctx.avals_in)}
     extra = op.workspace(ctx.avals_in, params) if op.workspace else []
     n_out = len(ctx.avals_out)
     if extra:

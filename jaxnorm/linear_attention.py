@@ -42,28 +42,13 @@ from jaxnorm._ops import linear_attention_p, linear_attention_rank1_p
 HEAD_DIMS = (32, 64, 128, 256)
 LAYOUTS = ("BHLD", "BLHD")
 FEATURE_MAPS = ("elu+1", "identity")
-CHUNK = 64  # positions a CTA step takes (the kernels' chunk); sizes the most parts below
-
-# The CUDA handler cuts each row's sequence into parts so the grid has about this many CTAs
-# (it knows the GPU); this fixes the most parts it may take, which sizes the workspace.
-_TARGET_CTAS = 1056
-_MAX_PARTS = 32
+CHUNK = 64  # positions a CTA step takes (the kernels' chunk)
 
 
-def linear_attention_parts(rows: int, length: int, v_dim: int) -> int:
-    """The most pieces the CUDA kernel may cut each sequence into (a function of the shapes)."""
-    slices = -(-v_dim // 64)
-    want = -(-_TARGET_CTAS // max(1, rows * slices))
-    return max(1, min(_MAX_PARTS, -(-length // CHUNK), want))
-
-
-def _bind(a, b, c, alpha=None, beta=None, *, normalize=False, eps=0.0, reverse=False, parts=None):
+def _bind(a, b, c, alpha=None, beta=None, *, normalize=False, eps=0.0, reverse=False, f32_out=False):
     """The kernel on [rows, len, d] operands (with the rank-1 score term when alpha and beta are
-    given): (num or out, den float32)."""
-    rows, length, _ = a.shape
-    if parts is None:
-        parts = linear_attention_parts(rows, length, c.shape[2])
-    params = dict(normalize=bool(normalize), eps=float(eps), reverse=bool(reverse), parts=parts)
+    given): (num or out, in a's dtype or float32; den float32)."""
+    params = dict(normalize=bool(normalize), eps=float(eps), reverse=bool(reverse), f32_out=bool(f32_out))
     if alpha is None:
         return linear_attention_p.bind(a, b, c, **params)
     return linear_attention_rank1_p.bind(a, b, c, alpha.astype(jnp.float32), beta.astype(jnp.float32), **params)
@@ -85,10 +70,11 @@ def _zeros(x):
     return jnp.zeros(_aval(x).shape, _aval(x).dtype)
 
 
-def _jvp(primals, tangents, *, normalize, eps, reverse, parts):
-    """The kernel is linear in (a, alpha), in (b, beta) and in c: one kernel call per nonzero pair."""
+def _jvp(primals, tangents, *, normalize, eps, reverse, f32_out):
+    """The kernel is linear in (a, alpha), in (b, beta) and in c: one kernel call per nonzero pair,
+    its numerator in float32 (in float16 the unnormalized sums outgrow the range)."""
     out, den = (linear_attention_rank1_p if len(primals) == 5 else linear_attention_p).bind(
-        *primals, normalize=normalize, eps=eps, reverse=reverse, parts=parts)
+        *primals, normalize=normalize, eps=eps, reverse=reverse, f32_out=f32_out)
     rank1 = len(primals) == 5
     zero = [type(t) is ad.Zero for t in tangents]
     dnum = dden = None
@@ -100,8 +86,7 @@ def _jvp(primals, tangents, *, normalize, eps, reverse, parts):
         for i in group:
             ops[i] = _zeros(primals[i]) if zero[i] else _as(tangents[i], primals[i].dtype)
         tn, td = (linear_attention_rank1_p if rank1 else linear_attention_p).bind(
-            *ops, normalize=False, eps=0.0, reverse=reverse, parts=parts)
-        tn = tn.astype(jnp.float32)
+            *ops, normalize=False, eps=0.0, reverse=reverse, f32_out=True)
         dnum = tn if dnum is None else dnum + tn
         if group != (2,):  # den does not depend on c
             dden = td if dden is None else dden + td
@@ -116,7 +101,7 @@ def _jvp(primals, tangents, *, normalize, eps, reverse, parts):
     return (out, den), (dout.astype(out.dtype), dden)
 
 
-def _transpose(cts, *operands, normalize, eps, reverse, parts):
+def _transpose(cts, *operands, normalize, eps, reverse, f32_out):
     """Cotangents of the unnormalized kernel: num_i = sum_j s(i, j) c_j, den_i = sum_j s(i, j),
     s(i, j) = a_i . b_j (+ alpha_i beta_j). Those of a, b and c are the kernel again, the
     normalizer's cotangent riding on the rank-1 term; those of alpha and beta (second order
@@ -136,7 +121,7 @@ def _transpose(cts, *operands, normalize, eps, reverse, parts):
     out = [None] * len(operands)
 
     def kernel(x, y, z, al, be, rev):
-        return _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev, parts=parts)[0]
+        return _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev)[0]
 
     rows_len = ct_num.shape[:2]
     ones = None if den_zero else jnp.ones(rows_len, f32)
@@ -144,7 +129,14 @@ def _transpose(cts, *operands, normalize, eps, reverse, parts):
     if undefined[0]:  # d/da_i = sum_{j<=i} (ct_i . c_j + ct_den_i) b_j
         out[0] = kernel(ct_num, c, b, ct_den, ones, reverse)
     if undefined[1]:  # d/db_j = sum_{i>=j} (c_j . ct_i + ct_den_i) a_i
-        out[1] = kernel(c, ct_num, a, ones, ct_den, not reverse)
+        al, be = ones, ct_den
+        if ct_den is not None and dtype == jnp.float16:
+            # The kernel rounds beta to float16 for its running sums (of beta c): bring the
+            # largest |ct_den| to 1 by a power of two, undone exactly through alpha.
+            top = jnp.max(jnp.abs(ct_den))
+            shift = jnp.where(top > 0, jnp.round(jnp.log2(jnp.where(top > 0, top, 1.0))), 0.0)
+            al, be = ones * jnp.exp2(shift), ct_den * jnp.exp2(-shift)
+        out[1] = kernel(c, ct_num, a, al, be, not reverse)
     if undefined[2]:  # d/dc_j = sum_{i>=j} s(i, j) ct_i
         out[2] = kernel(b, a, ct_num, beta, alpha, not reverse)
     if len(operands) == 5 and (undefined[3] or undefined[4]):

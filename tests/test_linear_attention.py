@@ -15,7 +15,8 @@ import jax.numpy as jnp
 
 import jaxnorm
 from jaxnorm import reference
-from jaxnorm.linear_attention import CHUNK, linear_attention_parts
+from jaxnorm._ops import linear_attention_parts
+from jaxnorm.linear_attention import CHUNK
 
 from cases import BF16, DTYPES, F16, F32, UNIT_ROUNDOFF, Tol, assert_close, to64
 
@@ -154,7 +155,7 @@ def test_head_dims_16bit(dims, dtype, rng):
 def test_long_sequence_matches_recurrent_reference(rng):
     # One row of 4096 positions: on a GPU the sequence is cut into parts whose states are summed.
     q, k, v = make(rng, 1, 1, 4096, 32, 32, "float32")
-    assert linear_attention_parts(1, 4096, 32) > 1
+    assert linear_attention_parts(1, 4096, 32, 32) > 1
     for normalize in (True, False):
         check(run(q, k, v, normalize=normalize), q, k, v, normalize=normalize, recurrent=True)
 
@@ -182,12 +183,22 @@ def test_64k_positions_16bit(dtype, rng):
 def test_parts_depend_on_shape_only():
     # The workspace's bound on the CUDA handler's parts: a function of the shapes alone.
     assert CHUNK == 64  # the lengths of SHAPES straddle it
-    assert linear_attention_parts(1, 4096, 32) == 32  # capped
-    assert linear_attention_parts(1, 200, 64) == 4  # one part per chunk at most
-    assert linear_attention_parts(1, 1, 64) == 1
-    assert linear_attention_parts(1056, 100000, 64) == 1  # the rows fill the GPU already
-    assert linear_attention_parts(8, 100000, 256) == 32  # 1056 / (8 rows * 4 slices of v) = 33, capped
-    assert linear_attention_parts(64, 100000, 64) == 17
+    assert linear_attention_parts(1, 4096, 32, 32) == 32  # capped
+    assert linear_attention_parts(1, 200, 64, 64) == 4  # one part per chunk at most
+    assert linear_attention_parts(1, 1, 64, 64) == 1
+    assert linear_attention_parts(1056, 100000, 64, 64) == 1  # the rows fill the GPU already
+    assert linear_attention_parts(8, 100000, 64, 256) == 32  # 1056 / (8 rows * 4 slices of v) = 33, capped
+    assert linear_attention_parts(8, 100000, 256, 256) == 17  # k_dim 256 takes v 32 columns at a time
+    assert linear_attention_parts(64, 100000, 64, 64) == 17
+
+
+def test_workspace_follows_vmap():
+    # The parts (and so the workspace) are derived from the operands at lowering: vmap's folded
+    # rows get the bound of 64 rows (17 parts), not the single row's 32 times 64.
+    q = jnp.ones((64, 1, 1, 4096, 32), F32)
+    text = jax.jit(jax.vmap(jaxnorm.linear_attention)).lower(q, q, q).as_text()
+    assert f"tensor<{64 * 17 * 33 * 33}xf32>" in text, "workspace not sized from the folded rows"
+    assert f"tensor<{64 * 32 * 33 * 33}xf32>" not in text
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
@@ -276,6 +287,20 @@ def test_jvp_matches_reference(normalize, rng):
     assert_close_scaled(dout, dout_ref, GRAD_TOL[F32], "tangent")
     for name, d, d_ref in zip("qkv", single, single_ref):
         assert_close_scaled(d, d_ref, GRAD_TOL[F32], f"tangent in {name} only")
+
+
+def test_jvp_float16_long_sequence(rng):
+    # The tangents' unnormalized sums grow with the position (to ~6e4 here, past float16's range
+    # near the end): the kernel returns them in float32, so the normalized tangent stays finite
+    # and right. The tangent of v is a constant: its numerator is as large as the normalizer.
+    ops = make(rng, 1, 2, 1500, 64, 64, "float16")
+    tangents = (jnp.asarray(rng.normal(size=ops[0].shape), jnp.float16), jnp.zeros_like(ops[1]),
+                jnp.ones_like(ops[2]))
+    f = jax.jit(lambda o, t: jax.jvp(jaxnorm.linear_attention, o, t))
+    _, dout = f(ops, tangents)
+    _, dref = jax.jvp(reference.linear_attention, tuple(map(to64, ops)), tuple(map(to64, tangents)))
+    assert dout.dtype == jnp.float16
+    assert_close_scaled(dout, dref, GRAD_TOL[F16], "float16 tangent")
 
 
 @pytest.mark.parametrize("normalize", [True, False], ids=["normalize", "unnormalized"])

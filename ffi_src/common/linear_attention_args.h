@@ -1,6 +1,6 @@
 // Linear attention's operands, checked once for both platforms.
 //   a, b (R, L, K); c (R, L, V); one float dtype; the rank-1 form adds alpha, beta (R, L) f32.
-//   Results: out (R, L, V) in that dtype, den (R, L) f32, workspace (R * parts * (K+1) * (V+1)
+//   Results: out (R, L, V) in that dtype (f32 with f32_out), den (R, L) f32, workspace (R * parts * (K+1) * (V+1)
 //   | 0) f32: per (row, part) the part's augmented state, row-major (K+1) x (V+1):
 //   [[sum b^T c, sum b], [sum beta c, sum beta]] (the sums of [b, beta]^T [c, 1]).
 //   With the score s(i, j) = a_i . b_j (+ alpha_i beta_j): num_i = sum over j <= i (j >= i if
@@ -17,7 +17,7 @@ namespace jaxnorm {
 struct LinearAttentionArgs {
   int64_t rows = 0, len = 0, k_dim = 0, v_dim = 0, parts = 1;
   float eps = 0.f;
-  bool normalize = false, reverse = false;
+  bool normalize = false, reverse = false, f32_out = false;
   ffi::DataType dtype = ffi::DataType::F32;
   const void *a = nullptr, *b = nullptr, *c = nullptr;
   const float *alpha = nullptr, *beta = nullptr;  // the rank-1 term, when given
@@ -34,7 +34,7 @@ inline bool linear_attention_dim_ok(int64_t d) { return d == 32 || d == 64 || d 
 
 inline ffi::Error linear_attention_args(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const ffi::AnyBuffer& c,
                                         const ffi::AnyBuffer* alpha, const ffi::AnyBuffer* beta, ffi::AnyBuffer& out, ffi::AnyBuffer& den, ffi::AnyBuffer& workspace,
-                                        bool normalize, float eps, bool reverse, int64_t parts,
+                                        bool normalize, float eps, bool reverse, bool f32_out, int64_t parts,
                                         LinearAttentionArgs* x) {
   auto ad = a.dimensions();
   auto bd = b.dimensions();
@@ -51,8 +51,9 @@ inline ffi::Error linear_attention_args(const ffi::AnyBuffer& a, const ffi::AnyB
   if (!linear_attention_dim_ok(x->k_dim) || !linear_attention_dim_ok(x->v_dim)) {
     return linear_attention_error("head dims must be 32, 64, 128 or 256");
   }
-  if (b.element_type() != x->dtype || c.element_type() != x->dtype || out.element_type() != x->dtype) {
-    return linear_attention_error("operands and output must share one dtype");
+  if (b.element_type() != x->dtype || c.element_type() != x->dtype ||
+      out.element_type() != (f32_out ? ffi::DataType::F32 : x->dtype)) {
+    return linear_attention_error("operands must share one dtype, the output theirs (float32 with f32_out)");
   }
   if (x->len >= (int64_t{1} << 31) - 1) return linear_attention_error("len must be below 2^31 - 1");
   JN_RETURN_IF_ERROR(check_size(out, x->rows * x->len * x->v_dim, "the output"));
@@ -75,6 +76,7 @@ inline ffi::Error linear_attention_args(const ffi::AnyBuffer& a, const ffi::AnyB
   x->normalize = normalize;
   x->eps = eps;
   x->reverse = reverse;
+  x->f32_out = f32_out;
   x->a = a.untyped_data();
   x->b = b.untyped_data();
   x->c = c.untyped_data();

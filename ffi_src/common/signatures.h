@@ -191,6 +191,7 @@ auto linear_attention_signature(B b) {
         .template Attr<bool>("normalize")
         .template Attr<float>("eps")
         .template Attr<bool>("reverse")
+        .template Attr<bool>("f32_out")
         .template Attr<int64_t>("parts");
   };
   auto ins = std::move(b).template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>();

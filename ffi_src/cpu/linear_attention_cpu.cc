@@ -19,13 +19,13 @@ struct Scratch {
   std::vector<float> s, z, w, a, b, c, num;
 };
 
-template <class T>
+template <class T, class OutT>
 JN_CPU_CLONES void scan_row(const LinearAttentionArgs& x, int64_t r, Scratch& w) {
   const int64_t K = x.k_dim, V = x.v_dim, L = x.len;
   const T* a = static_cast<const T*>(x.a) + r * L * K;
   const T* b = static_cast<const T*>(x.b) + r * L * K;
   const T* c = static_cast<const T*>(x.c) + r * L * V;
-  T* out = static_cast<T*>(x.out) + r * L * V;
+  OutT* out = static_cast<OutT*>(x.out) + r * L * V;
   float* den = x.den + r * L;
   w.s.assign(K * V, 0.f);
   w.z.assign(K, 0.f);
@@ -68,7 +68,7 @@ JN_CPU_CLONES void scan_row(const LinearAttentionArgs& x, int64_t r, Scratch& w)
     }
     den[i] = d;
     const float inv = x.normalize ? 1.f / (d + x.eps) : 1.f;
-    for (int64_t v = 0; v < V; ++v) out[i * V + v] = from_float<T>(x.normalize ? num[v] * inv : num[v]);
+    for (int64_t v = 0; v < V; ++v) out[i * V + v] = from_float<OutT>(x.normalize ? num[v] * inv : num[v]);
   }
 }
 
@@ -78,7 +78,13 @@ ffi::Error run(ffi::ThreadPool& pool, const LinearAttentionArgs& x) {
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, x.len * x.k_dim * x.v_dim));
     parallel_chunks(pool, x.rows, grain, [&](int64_t, int64_t begin, int64_t end) {
       Scratch w;
-      for (int64_t r = begin; r < end; ++r) scan_row<T>(x, r, w);
+      for (int64_t r = begin; r < end; ++r) {
+        if (x.f32_out) {
+          scan_row<T, float>(x, r, w);
+        } else {
+          scan_row<T, T>(x, r, w);
+        }
+      }
     });
     return ffi::Error::Success();
   });
@@ -87,20 +93,20 @@ ffi::Error run(ffi::ThreadPool& pool, const LinearAttentionArgs& x) {
 ffi::Error LinearAttentionCpu(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> den,
                               ffi::Result<ffi::AnyBuffer> workspace, bool normalize, float eps, bool reverse,
-                              int64_t parts) {
+                              bool f32_out, int64_t parts) {
   LinearAttentionArgs x;
   JN_RETURN_IF_ERROR(linear_attention_args(a, b, c, nullptr, nullptr, *out, *den, *workspace, normalize, eps, reverse,
-                                           parts, &x));
+                                           f32_out, parts, &x));
   return run(pool, x);
 }
 
 ffi::Error LinearAttentionRank1Cpu(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                                    ffi::AnyBuffer alpha, ffi::AnyBuffer beta, ffi::Result<ffi::AnyBuffer> out,
                                    ffi::Result<ffi::AnyBuffer> den, ffi::Result<ffi::AnyBuffer> workspace,
-                                   bool normalize, float eps, bool reverse, int64_t parts) {
+                                   bool normalize, float eps, bool reverse, bool f32_out, int64_t parts) {
   LinearAttentionArgs x;
   JN_RETURN_IF_ERROR(linear_attention_args(a, b, c, &alpha, &beta, *out, *den, *workspace, normalize, eps, reverse,
-                                           parts, &x));
+                                           f32_out, parts, &x));
   return run(pool, x);
 }
 

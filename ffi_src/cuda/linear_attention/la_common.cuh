@@ -27,6 +27,7 @@ struct Params {
   int len, v_dim, slices, parts, chunks, chunks_per_part;
   float eps;
   bool normalize, reverse, state_only;
+  bool f32_out;  // out is float32 (forward mode's tangents), whatever the operands' dtype
 };
 
 struct Work {

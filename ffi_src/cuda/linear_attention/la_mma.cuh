@@ -312,10 +312,16 @@ __global__ void __launch_bounds__(kMmaThreads) linear_attention_mma_kernel(Param
         if (pos >= p.len) continue;
         const float inv = p.normalize ? 1.f / (den + p.eps) : 1.f;
         const float back = rback[h] * inv;
-        T* orow = static_cast<T*>(p.out) + (w.row * p.len + pos) * int64_t{p.v_dim} + w.slice * NV;
+        const int64_t at = (w.row * p.len + pos) * int64_t{p.v_dim} + w.slice * NV + 2 * t;
 #pragma unroll
         for (int n = 0; n < S::kNT; ++n) {
-          *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) = pack2<T>(o[n][2 * h] * back, o[n][2 * h + 1] * back);
+          if (p.f32_out) {
+            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + at + 8 * n) =
+                make_float2(o[n][2 * h] * back, o[n][2 * h + 1] * back);
+          } else {
+            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + at + 8 * n) =
+                pack2<T>(o[n][2 * h] * back, o[n][2 * h + 1] * back);
+          }
         }
         if (w.slice == 0 && t == 0) p.den[w.row * p.len + pos] = den;
       }

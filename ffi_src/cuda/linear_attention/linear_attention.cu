@@ -31,7 +31,7 @@ ffi::Error run_kernel(Kernel kernel, int threads, size_t smem, int ctas_per_sm, 
                       Params p, int64_t max_parts) {
   const int64_t units = p.rows * p.slices;
   const int64_t slots = int64_t{device_facts().sms} * ctas_per_sm;
-  p.chunks = static_cast<int>((p.len + chunk - 1) / chunk);
+  p.chunks = static_cast<int>((int64_t{p.len} + chunk - 1) / chunk);
   const int64_t want = std::max<int64_t>(1, (slots + units - 1) / std::max<int64_t>(units, 1));
   int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, max_parts, p.chunks})));
   p.chunks_per_part = (p.chunks + parts - 1) / parts;
@@ -104,6 +104,7 @@ ffi::Error run(cudaStream_t stream, const LinearAttentionArgs& x) {
   p.eps = x.eps;
   p.normalize = x.normalize;
   p.reverse = x.reverse;
+  p.f32_out = x.f32_out;
   const int nv = slice_width(x.k_dim, x.v_dim);
   p.slices = static_cast<int>(x.v_dim / nv);
   const int64_t max_parts = x.states == nullptr ? 1 : x.parts;
@@ -115,20 +116,20 @@ ffi::Error run(cudaStream_t stream, const LinearAttentionArgs& x) {
 ffi::Error LinearAttentionCuda(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                                ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> den,
                                ffi::Result<ffi::AnyBuffer> workspace, bool normalize, float eps, bool reverse,
-                               int64_t parts) {
+                               bool f32_out, int64_t parts) {
   LinearAttentionArgs x;
   JN_RETURN_IF_ERROR(linear_attention_args(a, b, c, nullptr, nullptr, *out, *den, *workspace, normalize, eps, reverse,
-                                           parts, &x));
+                                           f32_out, parts, &x));
   return run(stream, x);
 }
 
 ffi::Error LinearAttentionRank1Cuda(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                                     ffi::AnyBuffer alpha, ffi::AnyBuffer beta, ffi::Result<ffi::AnyBuffer> out,
                                     ffi::Result<ffi::AnyBuffer> den, ffi::Result<ffi::AnyBuffer> workspace,
-                                    bool normalize, float eps, bool reverse, int64_t parts) {
+                                    bool normalize, float eps, bool reverse, bool f32_out, int64_t parts) {
   LinearAttentionArgs x;
   JN_RETURN_IF_ERROR(linear_attention_args(a, b, c, &alpha, &beta, *out, *den, *workspace, normalize, eps, reverse,
-                                           parts, &x));
+                                           f32_out, parts, &x));
   return run(stream, x);
 }
 
