@@ -458,12 +458,16 @@ def main(argv=None):
     ap.add_argument("--fla-timer", choices=("profiler", "events"), default="profiler")
     ap.add_argument("--reps", type=int, default=5, help="timed passes over the rotated inputs")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--shapes", default=None,
+                    help="indices into SHAPES, e.g. 0,1 (one GPU call cannot hold all four with fla)")
     args = ap.parse_args(argv)
     if args.fla:  # leave PyTorch room beside JAX's pool (read when JAX's backend starts, below)
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
     dtype = jnp.dtype(args.dtype)
     timer, ceiling, method = dt.bench_method(args.wall)
     shapes = QUICK if args.quick else SHAPES
+    if args.shapes:
+        shapes = [shapes[int(i)] for i in args.shapes.split(",")]
     if args.wall:  # CPU smoke test
         shapes = WALL_QUICK if args.quick else [(1, min(h, 4), length // 16, d) for _, h, length, d in shapes[:3]]
     print(f"{method}; copy ceiling {ceiling / 1e12:.2f} TB/s", flush=True)
