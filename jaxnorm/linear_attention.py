@@ -10,17 +10,22 @@ state S, z carried in float32 from chunk to chunk; a few long sequences are cut 
 states are summed in a fixed order, so the GPU stays full and results stay bitwise reproducible.
 
 **One multilinear kernel.** The kernel computes, for the rows (batch x heads),
-``num_i = sum_{j<=i} (a_i . b_j) c_j`` and ``den_i = sum_{j<=i} a_i . b_j`` (or over ``j >= i``).
-The forward is ``(a, b, c) = (phi(q), phi(k), v)``; each derivative is the same kernel with the
-operands permuted (``dq = K(dnum, v, k)``, ``dk = K'(v, dnum, q)``, ``dv = K'(k, q, dnum)``,
-K' summing over ``j >= i``), so forward mode, reverse mode and higher orders all run the kernel,
-and nothing per position is ever stored beyond the inputs, the output and ``den``.
+``num_i = sum_{j<=i} s(i, j) c_j`` and ``den_i = sum_{j<=i} s(i, j)`` (or over ``j >= i``) with
+the score ``s(i, j) = a_i . b_j`` (``+ alpha_i beta_j`` in its rank-1 form). The forward is
+``(a, b, c) = (phi(q), phi(k), v)``; each derivative is the same kernel with the operands
+permuted (``dq = K(dnum, v, k)``, ``dk = K'(v, dnum, q)``, ``dv = K'(k, q, dnum)``, K' summing
+over ``j >= i``), the normalizer's cotangent riding on the rank-1 term. So forward mode, reverse
+mode and higher orders all run the kernel, and nothing per position is ever stored beyond the
+inputs, the output and ``den``.
 
 **Precision.** Sums and the state are float32. With 16-bit inputs, the chunk's scores
 ``phi(q) phi(k)^T`` and the state are rounded to the input dtype before their products with v
 and q (as FlashAttention rounds its probabilities), so expect the input dtype's precision
 (about 3 significant digits for bfloat16) at every length; float32 inputs are computed in
-float32 throughout. The normalizer ``den + eps`` is float32.
+float32 throughout. The normalizer ``den + eps`` is float32. float16 has no exponent range to
+spare: the kernel scales the chunk's scores and the state by powers of two before rounding,
+forward mode's tangent launches return float32 numerators, and the backward brings the
+normalizer's cotangent to unit scale before the kernel rounds it.
 
 The non-causal form ``phi(Q) (phi(K)^T V) / (phi(Q) . sum_j phi(k_j))`` is two matrix products,
 which XLA already runs on tensor cores: ``causal=False`` computes it with jnp.
@@ -73,9 +78,9 @@ def _zeros(x):
 def _jvp(primals, tangents, *, normalize, eps, reverse, f32_out):
     """The kernel is linear in (a, alpha), in (b, beta) and in c: one kernel call per nonzero pair,
     its numerator in float32 (in float16 the unnormalized sums outgrow the range)."""
-    out, den = (linear_attention_rank1_p if len(primals) == 5 else linear_attention_p).bind(
-        *primals, normalize=normalize, eps=eps, reverse=reverse, f32_out=f32_out)
     rank1 = len(primals) == 5
+    prim = linear_attention_rank1_p if rank1 else linear_attention_p
+    out, den = prim.bind(*primals, normalize=normalize, eps=eps, reverse=reverse, f32_out=f32_out)
     zero = [type(t) is ad.Zero for t in tangents]
     dnum = dden = None
     pairs = ((0, 3), (1, 4)) if rank1 else ((0,), (1,))
@@ -85,8 +90,7 @@ def _jvp(primals, tangents, *, normalize, eps, reverse, f32_out):
         ops = list(primals)
         for i in group:
             ops[i] = _zeros(primals[i]) if zero[i] else _as(tangents[i], primals[i].dtype)
-        tn, td = (linear_attention_rank1_p if rank1 else linear_attention_p).bind(
-            *ops, normalize=False, eps=0.0, reverse=reverse, f32_out=True)
+        tn, td = prim.bind(*ops, normalize=False, eps=0.0, reverse=reverse, f32_out=True)
         dnum = tn if dnum is None else dnum + tn
         if group != (2,):  # den does not depend on c
             dden = td if dden is None else dden + td
