@@ -4,8 +4,9 @@
 // A CTA takes one row (batch x head), one slice of c's columns and one part of the sequence (a
 // range of chunks), and walks the part's chunks in order (backwards when `reverse`), carrying the
 // state S (k_dim x slice, float32) and z (k_dim). With more than one part, a first launch
-// (`state_only`) writes each part's own sums to the workspace, and the second starts each part
-// from the sum of the parts before it, added in a fixed order: no atomics, bitwise reproducible.
+// (`state_only`) writes each part's own sums to the workspace, `part_prefix_kernel` turns them
+// into each part's sum of the parts before it (added in walking order), and the second starts
+// each part from that one slot: no atomics, bitwise reproducible.
 // The rank-1 form (score a_i . b_j + alpha_i beta_j) also carries w = sum beta_j c_j and
 // u = sum beta_j: the state is that of [b, beta]^T [c, 1], (K+1) x (V+1).
 #pragma once
@@ -24,7 +25,7 @@ struct Params {
   float* den;
   float* states;  // (rows, parts, (K + 1) x (V + 1)): [[S, z], [w, u]] row-major
   int64_t rows;
-  int len, v_dim, slices, parts, chunks, chunks_per_part;
+  int len, k_dim, v_dim, slices, parts, chunks, chunks_per_part;
   float eps;
   bool normalize, reverse, state_only;
   bool f32_out;  // out is float32 (forward mode's tangents), whatever the operands' dtype
@@ -66,9 +67,25 @@ __device__ __forceinline__ float* part_state(const Params& p, int64_t row, int p
 // Offset of the augmented state's element (k, v): row K holds w and u, column v_dim z and u.
 __device__ __forceinline__ int64_t state_offset(const Params& p, int k, int v) { return int64_t{k} * (p.v_dim + 1) + v; }
 
-// Whether part q comes before part `part` in walking order (its state is in the prefix).
-__device__ __forceinline__ bool precedes(const Params& p, int q, int part) {
-  return p.reverse ? q > part : q < part;
+// The part walked first (it starts from zeros; its slot keeps its own sums).
+__device__ __forceinline__ int first_part(const Params& p) { return p.reverse ? p.parts - 1 : 0; }
+
+// In place, for every row and element of the augmented state: slot q becomes the sum of the
+// states of the parts walked before q (the state-only launch wrote every slot but the last
+// part's). One thread an element, the parts added in walking order; a CTA reads one slot after
+// it instead of adding up to 31 of them on its critical path.
+__global__ void part_prefix_kernel(Params p) {
+  const int64_t elems = int64_t{p.k_dim + 1} * (p.v_dim + 1);
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= p.rows * elems) return;
+  float* s = p.states + (i / elems) * p.parts * elems + i % elems;
+  float run = 0.f;
+  for (int idx = 0; idx < p.parts; ++idx) {
+    float* slot = s + (p.reverse ? p.parts - 1 - idx : idx) * elems;
+    const float own = idx + 1 < p.parts ? *slot : 0.f;
+    if (idx > 0) *slot = run;
+    run += own;
+  }
 }
 
 }  // namespace linattn

@@ -32,7 +32,7 @@ struct MmaShape {
   static constexpr int kLdV = NV + 8;
   static constexpr int kStageElems = 2 * kChunk * kLdK + kChunk * kLdV + 2 * kChunk;  // a, b, c, beta (f32)
   static constexpr int kStages = K >= 256 || Lean ? 1 : 2;
-  static constexpr int kMinCtas = Lean ? (K >= 128 ? 3 : 4) : 1;
+  static constexpr int kMinCtas = Lean ? (K >= 128 ? 3 : 4) : (K <= 32 ? 4 : K <= 64 ? 3 : K <= 128 ? 2 : 1);
   static constexpr int kNT = NV / 8;  // n-tiles of c's slice
   // The state's (K / 16) x (NV / 8) tiles over the warps: split along K when K >= 64.
   static constexpr int kWarpsM = K / 16 < kWarps ? K / 16 : kWarps;
@@ -55,28 +55,44 @@ __device__ __forceinline__ int f16_shift(float m) {
 }
 
 // Issues the copies of chunk `ci`'s rows: a (unless state-only), b, and c's slice (cp.async), and
-// beta (plain loads); rows past the sequence are zeros.
+// beta (plain loads); rows past the sequence are zeros. A thread copies the same 16-byte column
+// of rows a fixed stride apart in every chunk, so a chunk costs one base address and unrolled
+// copies at constant offsets; only a chunk reaching past the sequence clamps its rows.
 template <class T, int K, int NV>
 __device__ __forceinline__ void load_chunk(T* st, const Params& p, const Work& w, int ci) {
   using S = MmaShape<T, K, NV>;
-  constexpr int kPK = K / 8, kPV = NV / 8;  // 16-byte pieces per row
+  constexpr int kPK = K / 8, kPV = NV / 8;                                // 16-byte pieces per row
+  constexpr int kStrideK = kMmaThreads / kPK, kStrideV = kMmaThreads / kPV;  // rows apart
+  static_assert(kMmaThreads % kPK == 0 && kChunk % kStrideK == 0 && kMmaThreads % kPV == 0 && kChunk % kStrideV == 0);
   const int pos0 = ci * kChunk;
-  const T* a = static_cast<const T*>(p.a) + w.row * p.len * int64_t{K};
-  const T* b = static_cast<const T*>(p.b) + w.row * p.len * int64_t{K};
-  const T* c = static_cast<const T*>(p.c) + w.row * p.len * int64_t{p.v_dim} + w.slice * NV;
-  for (int i = threadIdx.x; i < kChunk * (2 * kPK + kPV); i += kMmaThreads) {
-    if (i < 2 * kChunk * kPK) {
-      const int which = i / (kChunk * kPK), r = (i / kPK) % kChunk, piece = i % kPK;
-      if (which == 0 && p.state_only) continue;
-      const int pos = pos0 + r;
-      const T* src = (which == 0 ? a : b) + int64_t{min(pos, p.len - 1)} * K + piece * 8;
-      cp_async_16(st + which * kChunk * S::kLdK + r * S::kLdK + piece * 8, src, pos < p.len ? 16 : 0);
-    } else {
-      const int j = i - 2 * kChunk * kPK, r = j / kPV, piece = j % kPV;
-      const int pos = pos0 + r;
-      const T* src = c + int64_t{min(pos, p.len - 1)} * p.v_dim + piece * 8;
-      cp_async_16(st + 2 * kChunk * S::kLdK + r * S::kLdV + piece * 8, src, pos < p.len ? 16 : 0);
+  const int rk = threadIdx.x / kPK, ck = threadIdx.x % kPK * 8;
+  const int rv = threadIdx.x / kPV, cv = threadIdx.x % kPV * 8;
+  const T* a = static_cast<const T*>(p.a) + w.row * p.len * int64_t{K} + ck;
+  const T* b = static_cast<const T*>(p.b) + w.row * p.len * int64_t{K} + ck;
+  const T* c = static_cast<const T*>(p.c) + w.row * p.len * int64_t{p.v_dim} + w.slice * NV + cv;
+  T* ta = st + rk * S::kLdK + ck;
+  T* tb = ta + kChunk * S::kLdK;
+  T* tc = st + 2 * kChunk * S::kLdK + rv * S::kLdV + cv;
+  auto issue = [&](auto whole) {
+    constexpr bool kWhole = decltype(whole)::value;
+    auto at = [&](int pos) { return kWhole ? pos : min(pos, p.len - 1); };
+    auto bytes = [&](int pos) { return kWhole || pos < p.len ? 16 : 0; };
+#pragma unroll
+    for (int u = 0; u < kChunk / kStrideK; ++u) {
+      const int pos = pos0 + rk + u * kStrideK;
+      if (!p.state_only) cp_async_16(ta + u * kStrideK * S::kLdK, a + int64_t{at(pos)} * K, bytes(pos));
+      cp_async_16(tb + u * kStrideK * S::kLdK, b + int64_t{at(pos)} * K, bytes(pos));
     }
+#pragma unroll
+    for (int u = 0; u < kChunk / kStrideV; ++u) {
+      const int pos = pos0 + rv + u * kStrideV;
+      cp_async_16(tc + u * kStrideV * S::kLdV, c + int64_t{at(pos)} * p.v_dim, bytes(pos));
+    }
+  };
+  if (int64_t{pos0} + kChunk <= p.len) {
+    issue(std::true_type{});
+  } else {
+    issue(std::false_type{});
   }
   cp_async_commit();
   if (p.beta != nullptr && threadIdx.x < kChunk) {
@@ -129,14 +145,11 @@ __global__ void __launch_bounds__(kMmaThreads, (MmaShape<T, K, NV, Lean>::kMinCt
         for (int e = 0; e < 4; ++e) f(sacc[mi][ni][e], state_offset(p, s_row(mi, e / 2), w.slice * NV + s_col(ni, e % 2)));
   };
 
-  if (!p.state_only && p.parts > 1) {  // start from the parts before this one, in a fixed order
-    for (int q = 0; q < p.parts; ++q) {
-      if (!precedes(p, q, w.part)) continue;
-      const float* src = part_state<K>(p, w.row, q);
-      for_state([&](float& x, int64_t at) { x += src[at]; });
-      for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] += src[state_offset(p, k, p.v_dim)];
-      for (int v = threadIdx.x; v <= NV; v += kMmaThreads) ws[v] += src[state_offset(p, K, v < NV ? w.slice * NV + v : p.v_dim)];
-    }
+  if (!p.state_only && p.parts > 1 && w.part != first_part(p)) {  // the parts before this one (part_prefix_kernel)
+    const float* src = part_state<K>(p, w.row, w.part);
+    for_state([&](float& x, int64_t at) { x = src[at]; });
+    for (int k = threadIdx.x; k < K; k += kMmaThreads) zs[k] = src[state_offset(p, k, p.v_dim)];
+    for (int v = threadIdx.x; v <= NV; v += kMmaThreads) ws[v] = src[state_offset(p, K, v < NV ? w.slice * NV + v : p.v_dim)];
   }
   __syncthreads();  // zs and ws are read by other threads from here on
 

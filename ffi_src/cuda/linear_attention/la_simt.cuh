@@ -45,16 +45,11 @@ __global__ void __launch_bounds__(kSimtThreads) linear_attention_simt_kernel(Par
   for (int i = threadIdx.x; i < K * NV; i += kSimtThreads) ss[i] = 0.f;
   for (int k = threadIdx.x; k < K; k += kSimtThreads) zs[k] = 0.f;
   for (int v = threadIdx.x; v <= NV; v += kSimtThreads) ws[v] = 0.f;
-  if (!p.state_only && p.parts > 1) {
-    for (int q = 0; q < p.parts; ++q) {
-      if (!precedes(p, q, w.part)) continue;
-      const float* src = part_state<K>(p, w.row, q);
-      for (int i = threadIdx.x; i < K * NV; i += kSimtThreads) {
-        ss[i] += src[state_offset(p, i / NV, w.slice * NV + i % NV)];
-      }
-      for (int k = threadIdx.x; k < K; k += kSimtThreads) zs[k] += src[state_offset(p, k, p.v_dim)];
-      for (int v = threadIdx.x; v <= NV; v += kSimtThreads) ws[v] += src[state_offset(p, K, v < NV ? w.slice * NV + v : p.v_dim)];
-    }
+  if (!p.state_only && p.parts > 1 && w.part != first_part(p)) {  // the parts before this one (part_prefix_kernel)
+    const float* src = part_state<K>(p, w.row, w.part);
+    for (int i = threadIdx.x; i < K * NV; i += kSimtThreads) ss[i] = src[state_offset(p, i / NV, w.slice * NV + i % NV)];
+    for (int k = threadIdx.x; k < K; k += kSimtThreads) zs[k] = src[state_offset(p, k, p.v_dim)];
+    for (int v = threadIdx.x; v <= NV; v += kSimtThreads) ws[v] = src[state_offset(p, K, v < NV ? w.slice * NV + v : p.v_dim)];
   }
   const float* ga = static_cast<const float*>(p.a) + w.row * p.len * int64_t{K};
   const float* gb = static_cast<const float*>(p.b) + w.row * p.len * int64_t{K};

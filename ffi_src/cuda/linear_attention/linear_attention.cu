@@ -46,6 +46,11 @@ ffi::Error run_kernel(Kernel kernel, int threads, size_t smem, int ctas_per_sm, 
     JN_RETURN_IF_ERROR(launch_with_smem(kernel, dim3(static_cast<unsigned>(units * (p.parts - 1))), dim3(threads), 1,
                                         smem, stream, "linear_attention (part states)", p));
   }
+  if (p.parts > 1) {
+    const int64_t elems = p.rows * int64_t{p.k_dim + 1} * (p.v_dim + 1);
+    JN_RETURN_IF_ERROR(launch(part_prefix_kernel, dim3(static_cast<unsigned>((elems + 255) / 256)), dim3(256), 1,
+                              stream, "linear_attention (part prefixes)", p));
+  }
   p.state_only = false;
   return launch_with_smem(kernel, dim3(static_cast<unsigned>(units * p.parts)), dim3(threads), 1, smem, stream,
                           "linear_attention", p);
@@ -113,6 +118,7 @@ ffi::Error run(cudaStream_t stream, const LinearAttentionArgs& x) {
   p.states = x.states;
   p.rows = x.rows;
   p.len = static_cast<int>(x.len);
+  p.k_dim = static_cast<int>(x.k_dim);
   p.v_dim = static_cast<int>(x.v_dim);
   p.eps = x.eps;
   p.normalize = x.normalize;
