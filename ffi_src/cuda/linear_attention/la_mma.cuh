@@ -25,14 +25,18 @@ namespace linattn {
 constexpr int kChunk = 64;
 constexpr int kMmaThreads = 128;
 
-template <class T, int K, int NV, bool Lean = false>
+template <class T, int K, int NV>
 struct MmaShape {
   static constexpr int kWarps = kMmaThreads / 32;
   static constexpr int kLdK = K + 8;   // padded rows: conflict-free ldmatrix at every width
   static constexpr int kLdV = NV + 8;
   static constexpr int kStageElems = 2 * kChunk * kLdK + kChunk * kLdV + 2 * kChunk;  // a, b, c, beta (f32)
-  static constexpr int kStages = K >= 256 || Lean ? 1 : 2;
-  static constexpr int kMinCtas = Lean ? (K >= 128 ? 3 : 4) : (K <= 32 ? 4 : K <= 64 ? 3 : K <= 128 ? 2 : 1);
+  static constexpr int kStages = K >= 256 ? 1 : 2;
+  // Resident CTAs an SM the register budget must allow, so shared memory alone sets the
+  // residency (without it ptxas gave K = 64 183 registers: 2 CTAs an SM instead of 3, 1.13x
+  // slower). One stage with a fourth or third CTA (K = 64, 128) was measured too: within -9% to
+  // +5%, not kept.
+  static constexpr int kMinCtas = K <= 32 ? 4 : K <= 64 ? 3 : K <= 128 ? 2 : 1;
   static constexpr int kNT = NV / 8;  // n-tiles of c's slice
   // The state's (K / 16) x (NV / 8) tiles over the warps: split along K when K >= 64.
   static constexpr int kWarpsM = K / 16 < kWarps ? K / 16 : kWarps;
@@ -102,10 +106,10 @@ __device__ __forceinline__ void load_chunk(T* st, const Params& p, const Work& w
   }
 }
 
-template <class T, int K, int NV, bool Lean>
-__global__ void __launch_bounds__(kMmaThreads, (MmaShape<T, K, NV, Lean>::kMinCtas)) linear_attention_mma_kernel(Params p) {
+template <class T, int K, int NV>
+__global__ void __launch_bounds__(kMmaThreads, (MmaShape<T, K, NV>::kMinCtas)) linear_attention_mma_kernel(Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using S = MmaShape<T, K, NV, Lean>;
+  using S = MmaShape<T, K, NV>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* stages = reinterpret_cast<T*>(smem_raw);
   // The state rounded to T, (K, kLdV): columns [0, NV) hold S, the 8 after them z (so a . z comes

@@ -2,7 +2,6 @@
 // on CUDA cores (la_simt.cuh). The sequences are cut into parts so the grid fills the GPU once;
 // with more than one part, a state-only launch first sums each part (see la_common.cuh).
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/linear_attention_args.h"
@@ -64,18 +63,9 @@ ffi::Error launch_dims(cudaStream_t stream, const Params& p, int64_t max_parts) 
     return run_kernel(linear_attention_simt_kernel<K, NV>, kSimtThreads, S::kSmemBytes, ctas, kSimtChunk, stream, p,
                       max_parts);
   } else {
-    if constexpr ((K == 64 || K == 128) && NV == 64) {
-      static const bool lean = std::getenv("JAXNORM_LA_LEAN") != nullptr;  // A/B experiment
-      if (lean) {
-        using S = MmaShape<T, K, NV, true>;
-        static const int ctas = resident(linear_attention_mma_kernel<T, K, NV, true>, kMmaThreads, S::kSmemBytes);
-        return run_kernel(linear_attention_mma_kernel<T, K, NV, true>, kMmaThreads, S::kSmemBytes, ctas, kChunk, stream,
-                          p, max_parts);
-      }
-    }
     using S = MmaShape<T, K, NV>;
-    static const int ctas = resident(linear_attention_mma_kernel<T, K, NV, false>, kMmaThreads, S::kSmemBytes);
-    return run_kernel(linear_attention_mma_kernel<T, K, NV, false>, kMmaThreads, S::kSmemBytes, ctas, kChunk, stream, p,
+    static const int ctas = resident(linear_attention_mma_kernel<T, K, NV>, kMmaThreads, S::kSmemBytes);
+    return run_kernel(linear_attention_mma_kernel<T, K, NV>, kMmaThreads, S::kSmemBytes, ctas, kChunk, stream, p,
                       max_parts);
   }
 }
