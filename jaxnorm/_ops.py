@@ -171,8 +171,8 @@ EMBED_BWD = FfiOp(
 def linear_attention_parts(rows: int, length: int, k_dim: int, v_dim: int) -> int:
     """The most pieces the CUDA kernel may cut each sequence into (its workspace's bound): enough
     for about 1056 CTAs (8 an SM on an H100) over the rows and the slices of v (64 columns, 32
-    when k_dim is 256), at most 32 and one per 64-position chunk. The handler takes fewer when
-    the GPU is full with fewer."""
+    when k_dim is 256), at most 32 (`kMaxParts` in la_common.cuh) and one per 64-position chunk.
+    The handler takes as many as one wave of resident CTAs holds."""
     slices = -(-v_dim // (32 if k_dim >= 256 else 64))
     want = -(-1056 // max(1, rows * slices))
     return max(1, min(32, -(-length // 64), want))

@@ -70,21 +70,29 @@ __device__ __forceinline__ int64_t state_offset(const Params& p, int k, int v) {
 // The part walked first (it starts from zeros; its slot keeps its own sums).
 __device__ __forceinline__ int first_part(const Params& p) { return p.reverse ? p.parts - 1 : 0; }
 
+// The most parts a sequence is cut into: jaxnorm._ops.linear_attention_parts's bound.
+constexpr int kMaxParts = 32;
+
 // In place, for every row and element of the augmented state: slot q becomes the sum of the
 // states of the parts walked before q (the state-only launch wrote every slot but the last
 // part's). One thread an element, the parts added in walking order; a CTA reads one slot after
-// it instead of adding up to 31 of them on its critical path.
+// it instead of adding up to 31 of them on its critical path. Every load is issued before the
+// first store (the compiler cannot move a load past a store to the same array).
 __global__ void part_prefix_kernel(Params p) {
   const int64_t elems = int64_t{p.k_dim + 1} * (p.v_dim + 1);
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= p.rows * elems) return;
   float* s = p.states + (i / elems) * p.parts * elems + i % elems;
+  auto slot = [&](int idx) { return s + (p.reverse ? p.parts - 1 - idx : idx) * elems; };
+  float own[kMaxParts];
+#pragma unroll
+  for (int idx = 0; idx < kMaxParts; ++idx) own[idx] = idx + 1 < p.parts ? *slot(idx) : 0.f;
   float run = 0.f;
-  for (int idx = 0; idx < p.parts; ++idx) {
-    float* slot = s + (p.reverse ? p.parts - 1 - idx : idx) * elems;
-    const float own = idx + 1 < p.parts ? *slot : 0.f;
-    if (idx > 0) *slot = run;
-    run += own;
+#pragma unroll
+  for (int idx = 0; idx < kMaxParts; ++idx) {
+    if (idx >= p.parts) break;
+    if (idx > 0) *slot(idx) = run;
+    run += own[idx];
   }
 }
 

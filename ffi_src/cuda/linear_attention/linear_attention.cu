@@ -116,7 +116,7 @@ ffi::Error run(cudaStream_t stream, const LinearAttentionArgs& x) {
   p.f32_out = x.f32_out;
   const int nv = slice_width(x.k_dim, x.v_dim);
   p.slices = static_cast<int>(x.v_dim / nv);
-  const int64_t max_parts = x.states == nullptr ? 1 : x.parts;
+  const int64_t max_parts = x.states == nullptr ? 1 : std::min<int64_t>(x.parts, kMaxParts);
   return dispatch_float<CudaTypes>(x.dtype, "linear_attention's operands", [&](auto tag) {
     return dispatch_k<typename decltype(tag)::type>(stream, p, x.k_dim, nv, max_parts);
   });
