@@ -77,10 +77,7 @@ struct SoftmaxFwdOp {
   static constexpr float kExpBias = 64.f;
   __device__ float exp_shifted(float d) const {
     if constexpr (JAXNORM_SOFTMAX_EX2 != 0 && sizeof(T) == 2) {
-      float e;
-      const float arg = log ? d * 1.4426950408889634f : fmaf(d, 1.4426950408889634f, kExpBias);
-      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(arg));
-      return e;
+      return ex2_approx(log ? d * kLog2e : fmaf(d, kLog2e, kExpBias));
     } else {
       return expf(d);
     }
