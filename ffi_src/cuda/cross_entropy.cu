@@ -15,12 +15,11 @@ ffi::Error CrossEntropyFwdCuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::
   return dispatch_float<CudaTypes>(logits.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Op = CrossEntropyFwdOp<T>;
-    Op op{static_cast<const T*>(logits.untyped_data()),
-          has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr,
+    Op op{{static_cast<const T*>(logits.untyped_data()),
+           has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, s.cols},
           static_cast<const int32_t*>(labels.untyped_data()),
           static_cast<float*>(loss->untyped_data()),
           static_cast<float*>(stats->untyped_data()),
-          s.cols,
           {smoothing, z_loss, ignore_index, has_mask}};
     const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.mask);
     const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);

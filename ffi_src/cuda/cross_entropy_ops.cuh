@@ -9,6 +9,7 @@
 #include "cuda/device_types.cuh"
 #include "cuda/divisor.h"
 #include "cuda/row_tiles.cuh"
+#include "cuda/softmax_ops.cuh"
 
 namespace jaxnorm {
 
@@ -36,27 +37,20 @@ constexpr unsigned kCeMaskedBits = 0x7fc00001u;
 __device__ __forceinline__ bool ce_masked(float v) { return __float_as_uint(v) == kCeMaskedBits; }
 
 template <class T>
-struct CrossEntropyFwdOp {
+struct CrossEntropyFwdOp : MaskedRowsIn<T> {
   using Type = T;
   using Stats = CeStats;
   using Merge = CeMerge;
   static constexpr TileBudget kBudget = kForwardBudget;
   static constexpr bool kCanHoldRaw = false;
+  using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;
 
-  const T* x;
-  const bool* mask;  // nullptr when absent
   const int32_t* labels;
   float* loss;
   float* stats;  // (rows, 2): lse, kept count
-  int64_t cols;
   CeOptions o;
 
   __device__ static Stats identity() { return {-INFINITY, 0.f, 0.f, 0.f}; }
-
-  __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
-    prefetch_l2_rows(x, row0, nrows, cols, part, parts);
-    prefetch_l2_rows(mask, row0, nrows, cols, part, parts);
-  }
 
   template <int N>
   __device__ void convert(int64_t row, int64_t col, const Pack<T, N>& raw, float (&v)[N]) const {
@@ -89,12 +83,7 @@ struct CrossEntropyFwdOp {
   // row width when there is no mask).
   template <int P, int N>
   __device__ Stats thread_stats(float (&v)[P][N], const bool (&ok)[P]) const {
-    float m = -INFINITY;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p])
-#pragma unroll
-        for (int i = 0; i < N; ++i) m = fmaxf(m, v[p][i]);
+    const float m = thread_max(v, ok);
     Stats s{m, 0.f, 0.f, 0.f};
     const bool finite = m > -INFINITY && m < INFINITY;
 #pragma unroll
