@@ -123,7 +123,8 @@ def test_vocabulary_rows(cols, rng):
 @ALL_DTYPES
 @pytest.mark.parametrize("cols", [16384, 128256, 262144, 262152], ids=str)
 def test_wide_rows(dtype, cols, rng):
-    """The GPU forward's cluster tiles (to 16 CTAs a row) and the loop kernel past 262144."""
+    """The GPU forward's cluster tiles (to 16 CTAs a row; 16-bit rows past 262144 columns on the
+    wide tile) and its loop kernel (float32 past 262144)."""
     x = make_logits(rng, (5, cols), DTYPES[dtype])
     check(x, make_labels(rng, (5,), cols), rng, label_smoothing=0.1)
 
