@@ -267,6 +267,43 @@ def self_check_sampling() -> int:
     return failures
 
 
+def self_check_cross_entropy() -> int:
+    """Softmax cross-entropy: loss and dlogits of every option (a mask, ignored rows) against
+    jaxnorm.reference computed in float32 from the same inputs, and that the forward and the
+    backward run the jaxnorm kernels."""
+    print("\n== self-check of softmax_cross_entropy against jaxnorm.reference")
+    failures = 0
+    rng = np.random.default_rng(6)
+    # Relative to the largest |loss| or |dlogit| (at least 1): float32 sums over the row; bfloat16
+    # dlogits carry their rounding (2^-9).
+    close = lambda a, b, tol: bool(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32)))  # noqa: E731
+                                   <= tol * max(1.0, float(jnp.max(jnp.abs(jnp.asarray(b, jnp.float32))))))
+    for dtype_name, tol in (("float32", 1e-5), ("bfloat16", 1e-2)):
+        dtype = T.DTYPES[dtype_name]
+
+        def run(checks, dtype=dtype, tol=tol):
+            x = jnp.asarray(3 * rng.standard_normal((16, 1003)), dtype)
+            labels = jnp.asarray(rng.integers(0, 1003, 16), jnp.int32)
+            where = jnp.asarray(rng.random((16, 1003)) < 0.9)
+            g = jnp.asarray(rng.standard_normal(16), jnp.float32)
+            for name, kw in (("plain", {}), ("smoothing+z_loss+ignore", dict(
+                    label_smoothing=0.1, z_loss=1e-3, ignore_index=int(labels[3]))), ("where", dict(where=where))):
+                loss = lambda f, x: jnp.sum(f(x, labels, **kw) * g)  # noqa: E731
+                got = jax.jit(jax.value_and_grad(lambda x: loss(jaxnorm.softmax_cross_entropy, x)))(x)
+                want = jax.value_and_grad(lambda x: loss(reference.softmax_cross_entropy, x))(x.astype(jnp.float32))
+                checks[f"softmax_cross_entropy {name} == reference"] = close(
+                    jaxnorm.softmax_cross_entropy(x, labels, **kw), reference.softmax_cross_entropy(
+                        x.astype(jnp.float32), labels, **kw), tol)
+                checks[f"dlogits {name} == reference"] = close(got[1], want[1], tol)
+            targets, err = _lowered_targets(
+                jax.grad(lambda x: jnp.sum(jaxnorm.softmax_cross_entropy(x, labels))), x)
+            checks["grad lowers to jaxnorm_cross_entropy_fwd + _bwd"] = (
+                {"jaxnorm_cross_entropy_fwd", "jaxnorm_cross_entropy_bwd"} <= targets and not err)
+
+        failures += _report_checks("cross-entropy", dtype_name, run, width=60)
+    return failures
+
+
 def self_check_padding() -> int:
     """The padding family: lowering, the maps and every copy equal to the reference (exact),
     the round trip, overflow reported, and the gradients of the fused QKV rebuild."""
@@ -504,6 +541,7 @@ def main(argv=None) -> int:
     failures = report_environment()
     if not args.no_check:
         failures += self_check()
+        failures += self_check_cross_entropy()
         failures += self_check_sampling()
         failures += self_check_padding()
         failures += self_check_decoding()

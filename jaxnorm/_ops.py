@@ -61,6 +61,24 @@ SOFTMAX_BWD = FfiOp(
     row_sharded=True,
 )
 
+# Softmax cross-entropy with integer labels: the forward writes the per-row loss and saves (lse,
+# kept count) for the backward, which reads the logits once more and writes dlogits in their dtype.
+_CE_ATTRS = ("label_smoothing", "z_loss", "ignore_index", "has_mask")
+CROSS_ENTROPY_FWD = FfiOp(
+    name="jaxnorm_cross_entropy_fwd",
+    operands=("R,C", "R", "R,C?"),  # logits, labels (int32), mask
+    results=(("R", F32), ("R,2", F32)),  # loss, stats = (lse, kept count)
+    attrs=_CE_ATTRS,
+    row_sharded=True,
+)
+CROSS_ENTROPY_BWD = FfiOp(
+    name="jaxnorm_cross_entropy_bwd",
+    operands=("R,C", "R", "R,2", "R", "R,C?"),  # logits, labels, stats, dloss (f32), mask
+    results=(("R,C", "x"),),
+    attrs=_CE_ATTRS,
+    row_sharded=True,
+)
+
 # Sampling: keys and the per-row parameters are grouped ("N"): one entry for all rows, one per
 # row, or one per vmapped example.
 SAMPLE = FfiOp(
@@ -204,6 +222,8 @@ norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
 softmax_fwd_p = make_primitive(SOFTMAX_FWD)
 softmax_bwd_p = make_primitive(SOFTMAX_BWD)
+cross_entropy_fwd_p = make_primitive(CROSS_ENTROPY_FWD)
+cross_entropy_bwd_p = make_primitive(CROSS_ENTROPY_BWD)
 sample_p = make_primitive(SAMPLE)
 filter_p = make_primitive(FILTER)
 top_k_p = make_primitive(TOP_K)

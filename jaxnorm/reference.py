@@ -50,6 +50,44 @@ def log_softmax(x, axis=-1, where=None):
     return jax.nn.log_softmax(x.astype(_compute_dtype(x)), axis=_axes(x, axis), where=where).astype(x.dtype)
 
 
+def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothing=0.0, z_loss=0.0,
+                          ignore_index=None):
+    """Per row with the kept classes K, n = |K|: (1 - eps) (lse - x_y) + eps (lse - mean(x[K]))
+    + z_loss lse^2, lse = logsumexp(x[K]); 0 where the label is ignore_index or nothing is kept
+    (optax's convention), NaN where the label is outside [0, n_classes). Computed in the input's
+    precision or float32, whichever is wider. `where` of the labels' shape drops whole rows."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(sorted(a % logits.ndim for a in axes))
+    batch = [i for i in range(logits.ndim) if i not in axes]
+    dt = _compute_dtype(logits)
+    x = jnp.transpose(logits, batch + list(axes)).astype(dt)
+    x = x.reshape(*labels.shape, -1)
+    cols = x.shape[-1]
+    row_keep = None
+    if where is not None and jnp.ndim(where) < logits.ndim and jnp.shape(where) == labels.shape:
+        row_keep, where = jnp.asarray(where, bool), None
+    if where is not None:
+        where = jnp.broadcast_to(jnp.asarray(where, bool), logits.shape)
+        where = jnp.transpose(where, batch + list(axes)).reshape(x.shape)
+    lse = jax.nn.logsumexp(x, axis=-1, where=where)
+    valid = (labels >= 0) & (labels < cols)
+    x_y = jnp.take_along_axis(x, jnp.clip(labels, 0, cols - 1)[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    loss = (1 - label_smoothing) * (lse - x_y)
+    if label_smoothing:
+        kept = jnp.ones(x.shape, bool) if where is None else where
+        mean = jnp.sum(jnp.where(kept, x, 0), axis=-1) / jnp.sum(kept, axis=-1)
+        loss = loss + label_smoothing * (lse - mean)
+    if z_loss:
+        loss = loss + z_loss * lse**2
+    loss = jnp.where(valid, loss, jnp.nan)
+    live = jnp.ones(labels.shape, bool) if where is None else jnp.any(where, axis=-1)
+    if row_keep is not None:
+        live = live & row_keep
+    if ignore_index is not None:
+        live = live & (labels != ignore_index)
+    return jnp.where(live, loss, 0.0)
+
+
 # ----------------------------------------------------------------------------------------------
 # Sampling (jaxnorm.sampling states the conventions in words; this is the definition).
 

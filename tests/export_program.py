@@ -24,6 +24,7 @@ def inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "scale": rng.uniform(0.5, 1.5, WIDTH).astype(np.float32),
         "bias": f32(WIDTH),
         "logits": f32(ROWS, VOCAB),
+        "labels": np.array([3, -100, 0, 49, 7, 12], np.int32),
         "key": np.asarray(jax.random.key_data(jax.random.key(int(rng.integers(2**31))))),  # raw uint32[2]
         "lengths": np.array([5, 0, 3], np.int32),
         "padded": f32(BATCH, MAX_LEN, WIDTH),
@@ -58,6 +59,15 @@ def _softmax(a):
     x, mask = a["logits"], a["logits"] > -1.0
     dx = jax.grad(lambda x: jnp.sum(jnp.cos(jaxnorm.softmax(x, where=mask))))(x)
     return {"softmax_dx": dx, "log_softmax": jaxnorm.log_softmax(x, where=mask)}
+
+
+def _cross_entropy(a):
+    logits, labels = a["logits"], a["labels"]
+    # Pinned with a mask (i1[2d]); its absence is the same target with a rank-1 placeholder.
+    loss = lambda x: jnp.sum(jnp.sin(jaxnorm.softmax_cross_entropy(x, labels, where=x > -2.0, label_smoothing=0.1,
+                                                                    z_loss=1e-4, ignore_index=-100)))
+    value, dlogits = jax.value_and_grad(loss)(logits)
+    return {"cross_entropy": value, "cross_entropy_dlogits": dlogits}
 
 
 def _sampling(a):
@@ -108,5 +118,5 @@ def _linear_attention(a):
 
 
 def program(a: dict) -> dict:
-    return {**_norms(a), **_softmax(a), **_sampling(a), **_padding(a), **_decode(a), **_embedding(a),
+    return {**_norms(a), **_softmax(a), **_cross_entropy(a), **_sampling(a), **_padding(a), **_decode(a), **_embedding(a),
             **_linear_attention(a)}

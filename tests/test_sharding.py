@@ -128,6 +128,12 @@ JIT_SCRIPT = textwrap.dedent(
         argnums = tuple(range(1 + len(params)))
         check(op.__name__ + " grad", jax.grad(loss(op), argnums), jax.grad(loss(ref), argnums), x, *params,
               reduce_ok=("f32[96]", "f32[1,96]"))
+    # Cross-entropy: the per-row loss and dlogits stay with their rows.
+    ce_labels = jax.device_put(jnp.asarray(rng.integers(0, 96, size=(8, 6)), jnp.int32), rows)
+    ce = lambda x, y: jaxnorm.softmax_cross_entropy(x, y, label_smoothing=0.1, ignore_index=3)
+    ce_ref = lambda x, y: reference.softmax_cross_entropy(x, y, label_smoothing=0.1, ignore_index=3)
+    check("softmax_cross_entropy", ce, ce_ref, x, ce_labels)
+    check("softmax_cross_entropy grad", jax.grad(loss(ce)), jax.grad(loss(ce_ref)), x, ce_labels)
     me = lambda x, s, b: jaxnorm.layer_norm(x, s, b, memory_efficient=True)
     check("memory-efficient grad", jax.grad(loss(me), (0, 1, 2)), jax.grad(loss(reference.layer_norm), (0, 1, 2)),
           x, s, b, reduce_ok=("f32[96]", "f32[1,96]"))

@@ -34,6 +34,12 @@
 //                has_pos_table (common/embedding_args.h states the arithmetic)
 //   embed_bwd:   dout (N, D), order (N) s32, sorted ids (N) s32 -> dtable (rows, D) [dout's dtype];
 //                attribute scale: per row, the scaled sum of its run of sorted ids, in sorted order
+//   cross_entropy_fwd: logits (R, C), labels (R) s32, mask (R, C | 0) pred
+//                -> loss (R) f32, stats (R, 2) f32 = (lse, kept classes)
+//   cross_entropy_bwd: logits (R, C), labels (R) s32, stats (R, 2) f32, dloss (R) f32,
+//                mask (R, C | 0) pred -> dlogits (R, C)
+//                both with attributes label_smoothing, z_loss, ignore_index, has_mask
+//                (common/cross_entropy_math.h states the arithmetic)
 #pragma once
 
 #include <utility>
@@ -223,6 +229,33 @@ auto embed_bwd_signature(B b) {
       .template Attr<float>("scale");
 }
 
+template <class B>
+auto cross_entropy_attrs(B b) {
+  return std::move(b).template Attr<float>("label_smoothing")
+      .template Attr<float>("z_loss")
+      .template Attr<int64_t>("ignore_index")
+      .template Attr<bool>("has_mask");
+}
+
+template <class B>
+auto cross_entropy_fwd_signature(B b) {
+  return cross_entropy_attrs(std::move(b).template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Ret<ffi::AnyBuffer>()
+                                 .template Ret<ffi::AnyBuffer>());
+}
+
+template <class B>
+auto cross_entropy_bwd_signature(B b) {
+  return cross_entropy_attrs(std::move(b).template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Ret<ffi::AnyBuffer>());
+}
+
 // The shapes one padding copy moves between: P parts (B, H, L, D) <-> packed (T, P * H * D), of
 // elements of `elem_bytes`; `bias` (P * H * D floats) only when unpacking with one.
 struct PadLayout {
@@ -396,6 +429,26 @@ inline ffi::Error check_mask(const ffi::AnyBuffer& mask, bool has_mask, const Ro
   if (!has_mask) return ffi::Error::Success();
   JN_RETURN_IF_ERROR(check_dtype(mask, ffi::DataType::PRED, "mask"));
   return check_size(mask, shape.size(), "mask");
+}
+
+// The cross-entropy operands both directions share (logits, labels, mask; the backward's stats
+// and dloss when given); fills `shape`.
+inline ffi::Error check_cross_entropy(const ffi::AnyBuffer& logits, const ffi::AnyBuffer& labels,
+                                      const ffi::AnyBuffer& mask, bool has_mask, const ffi::AnyBuffer* stats,
+                                      const ffi::AnyBuffer* dloss, Rows* shape) {
+  JN_RETURN_IF_ERROR(rows_of(logits, "logits", shape));
+  JN_RETURN_IF_ERROR(check_dtype(labels, ffi::DataType::S32, "labels"));
+  JN_RETURN_IF_ERROR(check_size(labels, shape->rows, "labels"));
+  JN_RETURN_IF_ERROR(check_mask(mask, has_mask, *shape));
+  if (stats) {
+    JN_RETURN_IF_ERROR(check_dtype(*stats, ffi::DataType::F32, "stats"));
+    JN_RETURN_IF_ERROR(check_size(*stats, 2 * shape->rows, "stats"));
+  }
+  if (dloss) {
+    JN_RETURN_IF_ERROR(check_dtype(*dloss, ffi::DataType::F32, "dloss"));
+    JN_RETURN_IF_ERROR(check_size(*dloss, shape->rows, "dloss"));
+  }
+  return ffi::Error::Success();
 }
 
 }  // namespace jaxnorm

@@ -8,6 +8,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCpu);
@@ -30,6 +32,8 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCpu);
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCpu);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCpu);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCpu);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_bwd", JaxnormCrossEntropyBwdCpu);
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCpu);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCpu);
     JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCpu);

@@ -7,21 +7,12 @@
 #include "common/signatures.h"
 #include "common/softmax_math.h"
 #include "cpu/host_float.h"
+#include "cpu/keep.h"
 #include "cpu/parallel_chunks.h"
 #include "cpu/vec_math.h"
 
 namespace jaxnorm {
 namespace {
-
-// Which positions a row keeps: all, or a mask's. A functor rather than `!mask || mask[c]`, whose
-// short-circuit load is control flow that stops the loops from vectorizing.
-struct KeepAll {
-  bool operator()(int64_t) const { return true; }
-};
-struct KeepMask {
-  const bool* m;
-  bool operator()(int64_t c) const { return m[c]; }
-};
 
 // One pass for the max (NaN kept), one for exp(x - max) into `e` and its sum, one for the
 // outputs from `e`: one exp per element, every loop vectorized (vec_math.h).

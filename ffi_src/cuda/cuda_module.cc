@@ -10,6 +10,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCuda);
@@ -32,6 +34,8 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCuda);
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCuda);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCuda);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCuda);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_bwd", JaxnormCrossEntropyBwdCuda);
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCuda);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCuda);
     JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCuda);

@@ -3,11 +3,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define JN_HD __host__ __device__
-#else
-#define JN_HD
-#endif
+#include "common/hd.h"
 
 namespace jaxnorm {
 

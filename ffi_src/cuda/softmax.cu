@@ -15,9 +15,9 @@ ffi::Error SoftmaxFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Op = SoftmaxFwdOp<T>;
-    Op op{static_cast<const T*>(x.untyped_data()),
-          has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, static_cast<T*>(y->untyped_data()),
-          s.cols, log};
+    Op op{{static_cast<const T*>(x.untyped_data()),
+           has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, s.cols},
+          static_cast<T*>(y->untyped_data()), log};
     const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.mask);
     const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
     FwdRunner<Op> runner{op, s.rows, s.cols, stream, "softmax forward"};

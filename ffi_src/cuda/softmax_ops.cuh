@@ -28,26 +28,45 @@ __device__ __forceinline__ void load_keep(const bool* mask, int64_t offset, floa
   }
 }
 
+// What a forward of the softmax family reads (softmax, cross-entropy): rows of x and an optional
+// mask, and the L2 prefetch of a worker's next rows of both.
 template <class T>
-struct SoftmaxFwdOp {
-  using Type = T;
-  using Stats = MaxSum;
-  using Merge = MaxSumMerge;
-  static constexpr TileBudget kBudget = kForwardBudget;
-  static constexpr bool kCanHoldRaw = false;  // thread_stats() leaves each exp for store()
-
+struct MaskedRowsIn {
   const T* x;
   const bool* mask;  // nullptr when absent
-  T* y;
   int64_t cols;
-  bool log;
-
-  __device__ static Stats identity() { return maxsum_identity(); }
 
   __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
     prefetch_l2_rows(x, row0, nrows, cols, part, parts);
     prefetch_l2_rows(mask, row0, nrows, cols, part, parts);
   }
+};
+
+// The largest of a thread's loaded elements, NaN skipped (one fmaxf an element): -inf when none.
+template <int P, int N>
+__device__ __forceinline__ float thread_max(const float (&v)[P][N], const bool (&ok)[P]) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (ok[p])
+#pragma unroll
+      for (int i = 0; i < N; ++i) m = fmaxf(m, v[p][i]);
+  return m;
+}
+
+template <class T>
+struct SoftmaxFwdOp : MaskedRowsIn<T> {
+  using Type = T;
+  using Stats = MaxSum;
+  using Merge = MaxSumMerge;
+  static constexpr TileBudget kBudget = kForwardBudget;
+  static constexpr bool kCanHoldRaw = false;  // thread_stats() leaves each exp for store()
+  using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;
+
+  T* y;
+  bool log;
+
+  __device__ static Stats identity() { return maxsum_identity(); }
 
   // Masked positions become -inf: they add nothing to the statistics.
   template <int N>
@@ -77,10 +96,7 @@ struct SoftmaxFwdOp {
   static constexpr float kExpBias = 64.f;
   __device__ float exp_shifted(float d) const {
     if constexpr (JAXNORM_SOFTMAX_EX2 != 0 && sizeof(T) == 2) {
-      float e;
-      const float arg = log ? d * 1.4426950408889634f : fmaf(d, 1.4426950408889634f, kExpBias);
-      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(arg));
-      return e;
+      return ex2_approx(log ? d * kLog2e : fmaf(d, kLog2e, kExpBias));
     } else {
       return expf(d);
     }
@@ -91,12 +107,7 @@ struct SoftmaxFwdOp {
   // elements are all -inf or NaN (or none) has m == -inf, where exp(v - m) would be NaN for -inf.
   template <int P, int N>
   __device__ Stats thread_stats(float (&v)[P][N], const bool (&ok)[P]) const {
-    float m = -INFINITY;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p])
-#pragma unroll
-        for (int i = 0; i < N; ++i) m = fmaxf(m, v[p][i]);
+    const float m = thread_max(v, ok);
     float sum = 0.f;
     if (m == -INFINITY) {
 #pragma unroll

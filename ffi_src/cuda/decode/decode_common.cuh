@@ -18,7 +18,6 @@ namespace jaxnorm {
 namespace decode {
 
 constexpr int kThreads = 128;
-constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeParams {
   const void* q;  // (B, Hq, D)

@@ -1,0 +1,195 @@
+// Softmax cross-entropy on the GPU. The forward is an op of the shared row kernels
+// (row_tiles.cuh): the row's online (max, sum) statistics plus the sum and count of its kept
+// logits, reduced like softmax's, and a finalize that writes the loss and the saved (lse, n); it
+// stores nothing per element, so the row is read once and no probabilities reach memory. The
+// backward needs no reduction (lse is saved): an elementwise pass over 16-byte packs.
+#pragma once
+
+#include "common/cross_entropy_math.h"
+#include "cuda/device_types.cuh"
+#include "cuda/divisor.h"
+#include "cuda/row_tiles.cuh"
+#include "cuda/softmax_ops.cuh"
+
+namespace jaxnorm {
+
+struct CeMerge {
+  __device__ CeStats operator()(CeStats a, CeStats b) const { return ce_merge(a, b); }
+};
+
+// exp(d): for 16-bit logits the hardware ex2 (three instructions an element instead of expf's
+// ten; the bf16 softmax forwards were issue-bound with expf, results/h100.md). Its ~2^-22
+// relative error is far below a 16-bit dlogit's rounding and, in the forward, below the loss's
+// float32 sum; what it flushes (below 2^-126) is beyond both.
+template <class T>
+__device__ __forceinline__ float ce_exp(float d) {
+  if constexpr (sizeof(T) == 2) {
+    return ex2_approx(d * kLog2e);
+  } else {
+    return expf(d);
+  }
+}
+
+// A masked position travels to thread_stats() as this NaN, which no logit carries once convert()
+// has given float32 NaNs the canonical payload (16-bit logits widen with zero low bits): the
+// statistics skip it, while a kept NaN or -inf counts, exactly as the math says.
+constexpr unsigned kCeMaskedBits = 0x7fc00001u;
+__device__ __forceinline__ bool ce_masked(float v) { return __float_as_uint(v) == kCeMaskedBits; }
+
+template <class T>
+struct CrossEntropyFwdOp : MaskedRowsIn<T> {
+  using Type = T;
+  using Stats = CeStats;
+  using Merge = CeMerge;
+  static constexpr TileBudget kBudget = kForwardBudget;
+  static constexpr bool kCanHoldRaw = false;
+  using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;
+
+  const int32_t* labels;
+  float* loss;
+  float* stats;  // (rows, 2): lse, kept count
+  CeOptions o;
+
+  __device__ static Stats identity() { return {-INFINITY, 0.f, 0.f, 0.f}; }
+
+  template <int N>
+  __device__ void convert(int64_t row, int64_t col, const Pack<T, N>& raw, float (&v)[N]) const {
+    unpack(raw, v);
+    if (mask != nullptr) {
+      bool keep[N];
+      load_mask<N>(mask + row * cols + col, keep);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        if constexpr (sizeof(T) == 4) v[i] = v[i] != v[i] ? __uint_as_float(0x7fffffffu) : v[i];
+        v[i] = keep[i] ? v[i] : __uint_as_float(kCeMaskedBits);
+      }
+    }
+  }
+
+  // The loop kernel's one-element update.
+  __device__ void push(Stats& s, float v) const {
+    if (ce_masked(v)) return;
+    const float m = fmaxf(s.max, v);  // ignores a NaN, whose exp below makes the sum NaN
+    const float e = m == -INFINITY ? (v != v ? v : 0.f) : v == m ? 1.f : ce_exp<T>(v - m);
+    s.sum = ce_rescale(s.sum, s.max, m) + e;
+    s.max = m;
+    s.xsum += v;
+    s.n += 1.f;
+  }
+
+  // The thread's max first (fmaxf skips NaN and the masked marker), then each exp against it.
+  // Only a thread max of -inf (every element -inf, NaN or masked) or +inf needs care: there
+  // exp(v - m) would be NaN for v = m. The count is the kept elements' (finalize() takes the
+  // row width when there is no mask).
+  template <int P, int N>
+  __device__ Stats thread_stats(float (&v)[P][N], const bool (&ok)[P]) const {
+    const float m = thread_max(v, ok);
+    Stats s{m, 0.f, 0.f, 0.f};
+    const bool finite = m > -INFINITY && m < INFINITY;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (ok[p])
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          const float x = v[p][i];
+          const float e = finite ? ce_exp<T>(x - m) : (x == m && m > 0.f) ? 1.f : (x != x ? x : 0.f);
+          if (mask == nullptr) {
+            s.sum += e;
+            s.xsum += x;
+          } else {
+            const bool keep = !ce_masked(x);
+            s.sum += keep ? e : 0.f;
+            s.xsum += keep ? x : 0.f;
+            s.n += keep ? 1.f : 0.f;
+          }
+        }
+    return s;
+  }
+
+  template <int N>
+  __device__ void restate(float (&)[N], Stats) const {}
+
+  struct Row {};
+
+  // One thread per row writes its results. The label's logit is read again from memory (an L2
+  // hit: the row was just read) rather than found during the pass, where no thread knows its
+  // columns' indices.
+  __device__ Row finalize(Stats s, Stats, int64_t row, bool writer) const {
+    if (writer) {
+      const int64_t y = labels[row];
+      const float xl = ce_label_ok(y, cols) ? to_float(x[row * cols + y]) : NAN;
+      const float n = o.has_mask ? s.n : static_cast<float>(cols);
+      loss[row] = ce_row_loss(s, n, xl, y, cols, o, &stats[2 * row]);
+      stats[2 * row + 1] = n;
+    }
+    return {};
+  }
+
+  template <int N>
+  __device__ void store(int64_t, int64_t, const float (&)[N], Row) const {}
+};
+
+namespace ce {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;  // packs a thread has in flight
+
+template <class T>
+struct BwdArgs {
+  const T* x;
+  const int32_t* labels;
+  const float* stats;
+  const float* dloss;
+  const bool* mask;  // nullptr when absent
+  T* dx;
+  int64_t cols;
+  CeOptions o;
+};
+
+// dlogits over packs of N elements (rows of `packs_per_row` packs), one pack per thread and
+// kUnroll packs a thread: every load (the pack, its row's label, stats and dloss, the mask) is
+// issued before the first store.
+template <class T, int N, class I>
+__global__ void __launch_bounds__(kThreads) bwd_kernel(BwdArgs<T> a, Divisor<I> packs_per_row, I total) {
+  const I first = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
+  Pack<T, N> raw[kUnroll];
+  bool keep[kUnroll][N];
+  I row[kUnroll];
+  float lse[kUnroll], n[kUnroll], g[kUnroll];
+  int32_t label[kUnroll];
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    if (i < total) {
+      raw[j] = load_raw<T, N>(a.x + static_cast<int64_t>(i) * N);
+      row[j] = packs_per_row.div(i);
+      const int64_t r = row[j];
+      label[j] = a.labels[r];
+      lse[j] = a.stats[2 * r];
+      n[j] = a.stats[2 * r + 1];
+      g[j] = a.dloss[r];
+      if (a.mask != nullptr) {
+        load_mask<N>(a.mask + static_cast<int64_t>(i) * N, keep[j]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) keep[j][k] = true;
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const I i = first + static_cast<I>(j * kThreads);
+    if (i < total) {
+      const CeGradRow gr = ce_grad_row(g[j], lse[j], n[j], label[j], a.cols, a.o);
+      const int64_t col = static_cast<int64_t>(i - row[j] * packs_per_row.d) * N;
+      float v[N], out[N];
+      unpack(raw[j], v);
+#pragma unroll
+      for (int k = 0; k < N; ++k) out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), keep[j][k], col + k, gr);
+      store_pack<T, N>(a.dx + static_cast<int64_t>(i) * N, out);
+    }
+  }
+}
+
+}  // namespace ce
+}  // namespace jaxnorm
