@@ -6,6 +6,7 @@
 // The selects vectorize only without trapping math (CMakeLists: -fno-trapping-math).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -48,27 +49,42 @@ JN_VEC_INLINE float exp_vec(float x) {
   return x != x ? x : big;
 }
 
-// Sum of term(c) over [0, n): 16 float lanes over blocks of 512 terms, each block's total added
-// in double. Vectorizes; the order is fixed by n alone (reproducible); the error is that of
-// ~32-term float sums plus a double sum of blocks.
-template <class Term>
-JN_VEC_INLINE double block_sum(int64_t n, const Term& term) {
+// K sums at once, in one pass over [0, n): term(c) returns the K terms of position c as a
+// std::array<float, K>. 16 float lanes per sum over blocks of 512 positions, each block's total
+// added in double. Vectorizes; the order is fixed by n alone (reproducible); the error is that
+// of ~32-term float sums plus a double sum of blocks, so float lanes stay as accurate as the
+// suite needs while keeping the full SIMD width (a double accumulator halves it).
+template <int K, class Term>
+JN_VEC_INLINE std::array<double, K> block_sums(int64_t n, const Term& term) {
   constexpr int kLanes = 16, kBlock = 512;
-  double total = 0.0;
+  std::array<double, K> total{};
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = b + kBlock < n ? b + kBlock : n;
-    float acc[kLanes] = {};
+    float acc[K][kLanes] = {};
     int64_t c = b;
     for (; c + kLanes <= e; c += kLanes) {
-      for (int j = 0; j < kLanes; ++j) acc[j] += term(c + j);
+      for (int j = 0; j < kLanes; ++j) {
+        const std::array<float, K> t = term(c + j);
+        for (int k = 0; k < K; ++k) acc[k][j] += t[k];
+      }
     }
-    for (; c < e; ++c) acc[0] += term(c);
-    for (int w = kLanes / 2; w > 0; w /= 2) {
-      for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+    for (; c < e; ++c) {
+      const std::array<float, K> t = term(c);
+      for (int k = 0; k < K; ++k) acc[k][0] += t[k];
     }
-    total += acc[0];
+    for (int k = 0; k < K; ++k) {
+      for (int w = kLanes / 2; w > 0; w /= 2) {
+        for (int j = 0; j < w; ++j) acc[k][j] += acc[k][j + w];
+      }
+      total[k] += acc[k][0];
+    }
   }
   return total;
+}
+
+template <class Term>
+JN_VEC_INLINE double block_sum(int64_t n, const Term& term) {
+  return block_sums<1>(n, [&](int64_t c) { return std::array<float, 1>{term(c)}; })[0];
 }
 
 // max of term(c) over [0, n) (-inf when n == 0), NaN when any term is NaN: two 8-float vector
