@@ -35,25 +35,26 @@ template <class T>
 JN_CPU_CLONES void norm_fwd_rows(const T* x, const float* scale, const float* bias, T* y, float* mean_out,
                    float* rstd_out, Rows s, float eps, const NormFlags& f, int64_t begin, int64_t end) {
   const double n = static_cast<double>(s.cols);
+  FloatRows<T> xf(s.cols);
   for (int64_t r = begin; r < end; ++r) {
-    const T* xr = x + r * s.cols;
+    const float* xr = xf(x + r * s.cols);
     T* yr = y + r * s.cols;
     // Two passes in float lanes (the mean, then squared deviations from it): as stable as
     // Welford for rows with a large mean. The mean's terms are taken relative to the row's first
     // element, so they are deviations too: a mean of 1e4 costs no float digits, and a constant
     // row's mean is exact.
-    const float x0 = f.centered && s.cols > 0 ? to_float(xr[0]) : 0.f;
+    const float x0 = f.centered && s.cols > 0 ? xr[0] : 0.f;
     const float mean =
-        f.centered ? static_cast<float>(x0 + block_sum(s.cols, [&](int64_t c) { return to_float(xr[c]) - x0; }) / n)
+        f.centered ? static_cast<float>(x0 + block_sum(s.cols, [&](int64_t c) { return xr[c] - x0; }) / n)
                    : 0.f;
     const float var = static_cast<float>(block_sum(s.cols, [&](int64_t c) {
-                                           const float d = to_float(xr[c]) - mean;
+                                           const float d = xr[c] - mean;
                                            return d * d;
                                          }) / n);
     const float rstd = norm_rstd(var, eps);
     mean_out[r] = mean;
     rstd_out[r] = rstd;
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(norm_apply(to_float(xr[c]), mean, rstd, scale[c], bias[c]));
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(norm_apply(xr[c], mean, rstd, scale[c], bias[c]));
   }
 }
 
@@ -68,23 +69,24 @@ JN_CPU_CLONES void norm_bwd_rows(const T* xin, const T* dy, const float* mean, c
     std::fill(acc_scale, acc_scale + s.cols, 0.0);
     std::fill(acc_bias, acc_bias + s.cols, 0.0);
   }
+  FloatRows<T> xf(s.cols), dyf(s.cols);
   for (int64_t r = begin; r < end; ++r) {
-    const T* xr = xin + r * s.cols;
-    const T* dyr = dy + r * s.cols;
+    const float* xr = xf(xin + r * s.cols);
+    const float* dyr = dyf(dy + r * s.cols);
     T* dxr = dx + r * s.cols;
     const float m = f.centered && !f.memory_efficient ? mean[r] : 0.f, rs = rstd[r];
-    const auto xhat = [&](int64_t c) { return norm_xhat(to_float(xr[c]), m, rs, scale[c], bias[c], eps, f); };
+    const auto xhat = [&](int64_t c) { return norm_xhat(xr[c], m, rs, scale[c], bias[c], eps, f); };
     const std::array<double, 2> sums = block_sums<2>(s.cols, [&](int64_t c) {
-      const float g = to_float(dyr[c]) * scale[c];
+      const float g = dyr[c] * scale[c];
       return std::array<float, 2>{g, g * xhat(c)};
     });
     const float c1 = static_cast<float>(sums[0] / s.cols), c2 = static_cast<float>(sums[1] / s.cols);
-    for (int64_t c = 0; c < s.cols; ++c) {
-      const float d = to_float(dyr[c]), xh = xhat(c);
-      dxr[c] = from_float<T>(norm_dx(d * scale[c], xh, rs, c1, c2, f.centered));
-      if (kAccumulate) {
-        acc_scale[c] += static_cast<double>(d * xh);
-        acc_bias[c] += static_cast<double>(d);
+    for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<T>(norm_dx(dyr[c] * scale[c], xhat(c), rs, c1, c2, f.centered));
+    // A loop of its own: mixing the 16-bit dx stores with the double sums stops vectorization.
+    if (kAccumulate) {
+      for (int64_t c = 0; c < s.cols; ++c) {
+        acc_scale[c] += static_cast<double>(dyr[c] * xhat(c));
+        acc_bias[c] += static_cast<double>(dyr[c]);
       }
     }
   }
