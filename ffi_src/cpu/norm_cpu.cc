@@ -12,6 +12,7 @@
 #include "common/signatures.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
+#include "cpu/prefault.h"
 #include "cpu/vec_math.h"
 
 namespace jaxnorm {
@@ -150,6 +151,7 @@ void norm_bwd_groups(ffi::ThreadPool& pool, const T* xin, const T* dy, const flo
   const int64_t per_group = s.rows / groups;
   if (s.cols > kFusedGradMaxCols) {
     parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      prefault_for_write(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       norm_bwd_rows<false, T>(xin, dy, mean, rstd, scale, bias, dx, nullptr, nullptr, s, eps, f, begin, end);
     });
     const int64_t tiles = (s.cols + kTile - 1) / kTile;
@@ -170,6 +172,7 @@ void norm_bwd_groups(ffi::ThreadPool& pool, const T* xin, const T* dy, const flo
     const int64_t begin = grp * per_group + std::min(per_group, k * grain);
     const int64_t end = grp * per_group + std::min(per_group, (k + 1) * grain);
     double* a = acc.get() + unit * 2 * s.cols;
+    prefault_for_write(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
     norm_bwd_rows<true, T>(xin, dy, mean, rstd, scale, bias, dx, a, a + s.cols, s, eps, f, begin, end);
   });
   for (int64_t grp = 0; grp < groups; ++grp) {
@@ -189,6 +192,7 @@ ffi::Error NormFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer sca
   return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      prefault_for_write(static_cast<T*>(y->untyped_data()) + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), p.scale, p.bias, static_cast<T*>(y->untyped_data()),
                        static_cast<float*>(mean->untyped_data()), static_cast<float*>(rstd->untyped_data()), s,
                        eps, f, begin, end);
