@@ -150,7 +150,7 @@ void norm_bwd_groups(ffi::ThreadPool& pool, const T* xin, const T* dy, const flo
                      int64_t groups, float eps, const NormFlags& f) {
   const int64_t per_group = s.rows / groups;
   if (s.cols > kFusedGradMaxCols) {
-    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+    parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
       prefault_for_write(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       norm_bwd_rows<false, T>(xin, dy, mean, rstd, scale, bias, dx, nullptr, nullptr, s, eps, f, begin, end);
     });
@@ -191,7 +191,7 @@ ffi::Error NormFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer sca
                      f, s.cols);
   return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+    parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
       prefault_for_write(static_cast<T*>(y->untyped_data()) + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), p.scale, p.bias, static_cast<T*>(y->untyped_data()),
                        static_cast<float*>(mean->untyped_data()), static_cast<float*>(rstd->untyped_data()), s,
