@@ -149,9 +149,10 @@ void norm_bwd_groups(ffi::ThreadPool& pool, const T* xin, const T* dy, const flo
                      const float* scale, const float* bias, T* dx, float* dscale, float* dbias, Rows s,
                      int64_t groups, float eps, const NormFlags& f) {
   const int64_t per_group = s.rows / groups;
+  const OutputPrefault prefault(dx, s.size() * sizeof(T));
   if (s.cols > kFusedGradMaxCols) {
     parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
-      prefault_for_write(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+      prefault.chunk(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       norm_bwd_rows<false, T>(xin, dy, mean, rstd, scale, bias, dx, nullptr, nullptr, s, eps, f, begin, end);
     });
     const int64_t tiles = (s.cols + kTile - 1) / kTile;
@@ -172,7 +173,7 @@ void norm_bwd_groups(ffi::ThreadPool& pool, const T* xin, const T* dy, const flo
     const int64_t begin = grp * per_group + std::min(per_group, k * grain);
     const int64_t end = grp * per_group + std::min(per_group, (k + 1) * grain);
     double* a = acc.get() + unit * 2 * s.cols;
-    prefault_for_write(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+    prefault.chunk(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
     norm_bwd_rows<true, T>(xin, dy, mean, rstd, scale, bias, dx, a, a + s.cols, s, eps, f, begin, end);
   });
   for (int64_t grp = 0; grp < groups; ++grp) {
@@ -191,9 +192,11 @@ ffi::Error NormFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer sca
                      f, s.cols);
   return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(y->untyped_data());
+    const OutputPrefault prefault(out, s.size() * sizeof(T));
     parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
-      prefault_for_write(static_cast<T*>(y->untyped_data()) + begin * s.cols, (end - begin) * s.cols * sizeof(T));
-      norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), p.scale, p.bias, static_cast<T*>(y->untyped_data()),
+      prefault.chunk(out + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+      norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), p.scale, p.bias, out,
                        static_cast<float*>(mean->untyped_data()), static_cast<float*>(rstd->untyped_data()), s,
                        eps, f, begin, end);
     });

@@ -109,8 +109,10 @@ ffi::Error SoftmaxFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer 
   const bool* m = has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr;
   return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(y->untyped_data());
+    const OutputPrefault prefault(out, s.size() * sizeof(T));
     parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
-      prefault_for_write(static_cast<T*>(y->untyped_data()) + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+      prefault.chunk(out + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       softmax_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), m, static_cast<T*>(y->untyped_data()), s, log,
                           begin, end);
     });
@@ -127,8 +129,10 @@ ffi::Error SoftmaxBwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer y, ffi::AnyBuffer 
   const bool* m = has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr;
   return dispatch_float<CpuTypes>(y.element_type(), "y", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(dx->untyped_data());
+    const OutputPrefault prefault(out, s.size() * sizeof(T));
     parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
-      prefault_for_write(static_cast<T*>(dx->untyped_data()) + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+      prefault.chunk(out + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       softmax_bwd_rows<T>(static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()), m,
                           static_cast<T*>(dx->untyped_data()), s, log, begin, end);
     });
