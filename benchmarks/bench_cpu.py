@@ -14,9 +14,10 @@ pair gives one ratio XLA time / jaxnorm time, and the table reports the median o
 most 16) so that its fixed dispatch cost stays small; jaxnorm's outputs for the first input
 are checked against XLA's (jaxnorm/_timing.py's tolerances).
 
-At small shapes both sides' time is mostly the kernel mapping fresh output pages, and how many
-pages are fresh depends on when glibc's malloc hands freed outputs back to the system (its
-dynamic trim threshold, which a program's large temporaries raise). The MALLOC_* variables above
+At small shapes much of the time can go to the kernel mapping fresh output pages (over half of
+jaxnorm's at 32x8192 in one profile), and how many pages are fresh depends on when glibc's malloc
+hands freed outputs back to the system (its dynamic trim threshold, which a program's large
+temporaries raise), which differs between jaxnorm's program and XLA's. The MALLOC_* variables above
 fix those thresholds for both implementations alike; a run records them in its heading.
 """
 
