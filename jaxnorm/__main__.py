@@ -469,9 +469,12 @@ def timing(dtype_name: str | None) -> int:
     fmt = "{:<11} {:<7} {:>10} {:>2} {:>10} {:>10} {:>7} {:>11} {:>6} {:>5}"
     print(fmt.format(*cols), flush=True)
     failures = 0
+    speedups = []
 
     def on_result(rec):
         nonlocal failures
+        if "speedup" in rec:
+            speedups.append(rec["speedup"])
         jn, xla = rec["impls"].get("jaxnorm", {}), rec["impls"].get("xla", {})
         mark = T.check_mark(jn) if jn else "ERR"
         failures += mark in ("FAIL", "ERR")
@@ -506,7 +509,26 @@ def timing(dtype_name: str | None) -> int:
         else:
             print(f"copy baseline failed: {copy.get('error')}")
     print("Method: " + T.method_text(reps, min_time, max_time, rounds=ROUNDS))
+    print(conclusion(speedups, backend))
     return failures
+
+
+def conclusion(speedups: list[float], backend: str) -> str:
+    """What the timing table says, in words, for the machine it ran on."""
+    if not speedups:
+        return "Conclusion: no timing completed, so nothing to conclude about speed."
+    s = sorted(speedups)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    slower = sum(x < 1.0 for x in s)
+    text = (f"Conclusion: on this machine ({backend}) jaxnorm ran at {s[0]:.2f}-{s[-1]:.2f}x XLA's "
+            f"speed for the same jax.numpy ops (median {med:.2f}x; > 1 is faster), slower than XLA "
+            f"in {slower} of {len(s)} timings.")
+    if backend == "cpu":
+        text += (" These are single timings of ~1 MB inputs: on a shared or busy machine they move "
+                 "by up to 2x between runs, so read a ratio near 1 as a tie. "
+                 "benchmarks/bench_cpu.py measures same-run ratios over more shapes, and the README "
+                 "states what was measured on a 2-core machine.")
+    return text
 
 
 def self_check_transforms() -> int:

@@ -1,15 +1,18 @@
 // LayerNorm / RMSNorm CPU handlers: chunks of rows on XLA's intra-op thread pool, two-pass
-// double-precision statistics and backward sums. Same per-element formulas as the CUDA kernels
+// statistics and the backward's row sums in float lanes (vec_math.h's block sums), the
+// scale/bias gradients summed in double. Same per-element formulas as the CUDA kernels
 // (common/norm_math.h).
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "common/norm_math.h"
 #include "common/signatures.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
-#include "cpu/row_sum.h"
+#include "cpu/prefault.h"
 #include "cpu/vec_math.h"
 
 namespace jaxnorm {
@@ -32,85 +35,149 @@ struct FullParams {
 template <class T>
 JN_CPU_CLONES void norm_fwd_rows(const T* x, const float* scale, const float* bias, T* y, float* mean_out,
                    float* rstd_out, Rows s, float eps, const NormFlags& f, int64_t begin, int64_t end) {
+  const double n = static_cast<double>(s.cols);
+  FloatRows<T> xf(s.cols);
   for (int64_t r = begin; r < end; ++r) {
-    const T* xr = x + r * s.cols;
+    const float* xr = xf(x + r * s.cols);
     T* yr = y + r * s.cols;
-    // Two passes in double (the mean, then squared deviations from it): as stable as Welford
-    // for rows with a large mean, without a division per element.
-    const double n = static_cast<double>(s.cols);
-    const double mean_d = f.centered ? row_sum(s.cols, [&](int64_t c) { return double(to_float(xr[c])); }) / n : 0.0;
-    const double var_d = row_sum(s.cols, [&](int64_t c) {
-                           const double d = double(to_float(xr[c])) - mean_d;
-                           return d * d;
-                         }) / n;
-    const float mean = static_cast<float>(mean_d), var = static_cast<float>(var_d);
+    // Two passes in float lanes (the mean, then squared deviations from it): as stable as
+    // Welford for rows with a large mean. The mean's terms are taken relative to the row's first
+    // element, so they are deviations too: a mean of 1e4 costs no float digits, and a constant
+    // row's mean is exact.
+    const float x0 = f.centered && s.cols > 0 ? xr[0] : 0.f;
+    const float mean =
+        f.centered ? static_cast<float>(x0 + block_sum(s.cols, [&](int64_t c) { return xr[c] - x0; }) / n)
+                   : 0.f;
+    const float var = static_cast<float>(block_sum(s.cols, [&](int64_t c) {
+                                           const float d = xr[c] - mean;
+                                           return d * d;
+                                         }) / n);
     const float rstd = norm_rstd(var, eps);
     mean_out[r] = mean;
     rstd_out[r] = rstd;
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(norm_apply(to_float(xr[c]), mean, rstd, scale[c], bias[c]));
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(norm_apply(xr[c], mean, rstd, scale[c], bias[c]));
   }
 }
 
-// Rows [begin, end) of the backward: dx, and the rows' scale/bias gradient sums added to
-// acc_scale/acc_bias (cols doubles each).
-template <class T>
+// Rows [begin, end) of the backward's dx: per row one pass for mean(g) and mean(g * x_hat) (two
+// float-lane sums), one for dx, x_hat recomputed rather than stored. With kAccumulate, that pass
+// also adds the rows' scale/bias gradient terms to acc_scale/acc_bias (cols doubles each).
+template <bool kAccumulate, class T>
 JN_CPU_CLONES void norm_bwd_rows(const T* xin, const T* dy, const float* mean, const float* rstd, const float* scale,
                    const float* bias, T* dx, double* acc_scale, double* acc_bias, Rows s, float eps,
                    const NormFlags& f, int64_t begin, int64_t end) {
-  std::vector<float> xhat(s.cols), g(s.cols);
+  if (kAccumulate) {
+    std::fill(acc_scale, acc_scale + s.cols, 0.0);
+    std::fill(acc_bias, acc_bias + s.cols, 0.0);
+  }
+  FloatRows<T> xf(s.cols), dyf(s.cols);
   for (int64_t r = begin; r < end; ++r) {
-    const T* xr = xin + r * s.cols;
-    const T* dyr = dy + r * s.cols;
-    const float m = f.centered && !f.memory_efficient ? mean[r] : 0.f;
-    double sum_g = 0.0, sum_gx = 0.0;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      const float gamma = scale[c], beta = bias[c];
-      const float d = to_float(dyr[c]);
-      xhat[c] = norm_xhat(to_float(xr[c]), m, rstd[r], gamma, beta, eps, f);
-      g[c] = d * gamma;
-      sum_g += g[c];
-      sum_gx += static_cast<double>(g[c]) * xhat[c];
-      acc_scale[c] += static_cast<double>(d) * xhat[c];
-      acc_bias[c] += d;
-    }
-    const float c1 = static_cast<float>(sum_g / s.cols);
-    const float c2 = static_cast<float>(sum_gx / s.cols);
+    const float* xr = xf(xin + r * s.cols);
+    const float* dyr = dyf(dy + r * s.cols);
     T* dxr = dx + r * s.cols;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      dxr[c] = from_float<T>(norm_dx(g[c], xhat[c], rstd[r], c1, c2, f.centered));
+    const float m = f.centered && !f.memory_efficient ? mean[r] : 0.f, rs = rstd[r];
+    const auto xhat = [&](int64_t c) { return norm_xhat(xr[c], m, rs, scale[c], bias[c], eps, f); };
+    const std::array<double, 2> sums = block_sums<2>(s.cols, [&](int64_t c) {
+      const float g = dyr[c] * scale[c];
+      return std::array<float, 2>{g, g * xhat(c)};
+    });
+    const float c1 = static_cast<float>(sums[0] / s.cols), c2 = static_cast<float>(sums[1] / s.cols);
+    for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<T>(norm_dx(dyr[c] * scale[c], xhat(c), rs, c1, c2, f.centered));
+    // A loop of its own: mixing the 16-bit dx stores with the double sums stops vectorization.
+    if (kAccumulate) {
+      for (int64_t c = 0; c < s.cols; ++c) {
+        acc_scale[c] += static_cast<double>(dyr[c] * xhat(c));
+        acc_bias[c] += static_cast<double>(dyr[c]);
+      }
     }
   }
 }
 
-// Each group's rows split into `parts` chunks (fewer when the per-chunk sums would pass 64 MiB);
-// chunk sums are added in chunk order, so the gradients do not depend on the thread count.
+constexpr int64_t kTile = 512;  // columns: two tiles of double sums take 8 KiB of L1
+
+// Columns [c0, c1) (at most kTile) of the scale/bias gradients over rows [begin, end) (one group): double sums
+// down the columns, in row order, in a tile that stays in L1. For wide rows, where a per-chunk
+// row of partial sums would not fit in cache.
+template <class T>
+JN_CPU_CLONES void norm_param_grad_cols(const T* xin, const T* dy, const float* mean, const float* rstd,
+                                        const float* scale, const float* bias, float* dscale, float* dbias,
+                                        Rows s, float eps, const NormFlags& f, int64_t begin, int64_t end,
+                                        int64_t c0, int64_t c1) {
+  double acc_s[kTile] = {}, acc_b[kTile] = {};
+  const int64_t w = c1 - c0;
+  for (int64_t r = begin; r < end; ++r) {
+    const T* xr = xin + r * s.cols + c0;
+    const T* dyr = dy + r * s.cols + c0;
+    const float m = f.centered && !f.memory_efficient ? mean[r] : 0.f, rs = rstd[r];
+    for (int64_t c = 0; c < w; ++c) {
+      const float d = to_float(dyr[c]);
+      const float xh = norm_xhat(to_float(xr[c]), m, rs, scale[c0 + c], bias[c0 + c], eps, f);
+      acc_s[c] += static_cast<double>(d * xh);
+      acc_b[c] += static_cast<double>(d);
+    }
+  }
+  for (int64_t c = 0; c < w; ++c) {
+    dscale[c0 + c] = static_cast<float>(acc_s[c]);
+    dbias[c0 + c] = static_cast<float>(acc_b[c]);
+  }
+}
+
+// Adds `parts` chunks' partials (rows of 2 * cols doubles: the scale gradient's, then the
+// bias gradient's) in chunk order into the first, and writes the totals.
+JN_CPU_CLONES void add_partials(double* p, int64_t parts, int64_t cols, float* dscale, float* dbias) {
+  for (int64_t k = 1; k < parts; ++k) {
+    const double* q = p + k * 2 * cols;
+    for (int64_t c = 0; c < 2 * cols; ++c) p[c] += q[c];
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    dscale[c] = static_cast<float>(p[c]);
+    dbias[c] = static_cast<float>(p[cols + c]);
+  }
+}
+
+// Above this width a row of double partial sums (16 bytes a column) no longer fits in L2, and
+// the scale/bias gradients are summed down column tiles in a second pass instead.
+constexpr int64_t kFusedGradMaxCols = 8192;
+
+// The backward of `groups` row groups (each with its own scale/bias gradient row). Narrow rows:
+// each group's rows split into `parts` chunks (fewer when the partials would pass 64 MiB) whose
+// partial sums are added in chunk order. Wide rows: dx by row chunks, then the gradients by
+// column tiles down all of a group's rows. Either way the order of every sum is fixed by the
+// shape, so the gradients do not depend on the thread count.
 template <class T>
 void norm_bwd_groups(ffi::ThreadPool& pool, const T* xin, const T* dy, const float* mean, const float* rstd,
                      const float* scale, const float* bias, T* dx, float* dscale, float* dbias, Rows s,
                      int64_t groups, float eps, const NormFlags& f) {
   const int64_t per_group = s.rows / groups;
+  const OutputPrefault prefault(dx, s.size() * sizeof(T));
+  if (s.cols > kFusedGradMaxCols) {
+    parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      prefault.chunk(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+      norm_bwd_rows<false, T>(xin, dy, mean, rstd, scale, bias, dx, nullptr, nullptr, s, eps, f, begin, end);
+    });
+    const int64_t tiles = (s.cols + kTile - 1) / kTile;
+    parallel_chunks(pool, groups * tiles, 1, [&](int64_t unit, int64_t, int64_t) {
+      const int64_t grp = unit / tiles, c0 = unit % tiles * kTile;
+      norm_param_grad_cols<T>(xin, dy, mean, rstd, scale, bias, dscale + grp * s.cols, dbias + grp * s.cols, s,
+                              eps, f, grp * per_group, (grp + 1) * per_group, c0, std::min(s.cols, c0 + kTile));
+    });
+    return;
+  }
   const int64_t max_parts = std::max<int64_t>(1, (int64_t{1} << 22) / (groups * s.cols));
   const int64_t parts = std::clamp<int64_t>((per_group + chunk_rows(s.cols) - 1) / chunk_rows(s.cols), 1, max_parts);
   const int64_t grain = std::max<int64_t>(1, (per_group + parts - 1) / parts);
-  std::vector<double> acc(static_cast<size_t>(groups * parts * 2 * s.cols), 0.0);
+  // Uninitialized: each chunk zeroes its own partials, on its own thread.
+  std::unique_ptr<double[]> acc(new double[static_cast<size_t>(groups * parts * 2 * s.cols)]);
   parallel_chunks(pool, groups * parts, 1, [&](int64_t unit, int64_t, int64_t) {
     const int64_t grp = unit / parts, k = unit % parts;
     const int64_t begin = grp * per_group + std::min(per_group, k * grain);
     const int64_t end = grp * per_group + std::min(per_group, (k + 1) * grain);
-    double* a = acc.data() + unit * 2 * s.cols;
-    norm_bwd_rows<T>(xin, dy, mean, rstd, scale, bias, dx, a, a + s.cols, s, eps, f, begin, end);
+    double* a = acc.get() + unit * 2 * s.cols;
+    prefault.chunk(dx + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+    norm_bwd_rows<true, T>(xin, dy, mean, rstd, scale, bias, dx, a, a + s.cols, s, eps, f, begin, end);
   });
   for (int64_t grp = 0; grp < groups; ++grp) {
-    for (int64_t c = 0; c < s.cols; ++c) {
-      double sg = 0.0, sb = 0.0;
-      for (int64_t k = 0; k < parts; ++k) {
-        const double* a = acc.data() + (grp * parts + k) * 2 * s.cols;
-        sg += a[c];
-        sb += a[s.cols + c];
-      }
-      dscale[grp * s.cols + c] = static_cast<float>(sg);
-      dbias[grp * s.cols + c] = static_cast<float>(sb);
-    }
+    add_partials(acc.get() + grp * parts * 2 * s.cols, parts, s.cols, dscale + grp * s.cols, dbias + grp * s.cols);
   }
 }
 
@@ -125,8 +192,11 @@ ffi::Error NormFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer sca
                      f, s.cols);
   return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
-      norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), p.scale, p.bias, static_cast<T*>(y->untyped_data()),
+    T* out = static_cast<T*>(y->untyped_data());
+    const OutputPrefault prefault(out, s.size() * sizeof(T));
+    parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      prefault.chunk(out + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+      norm_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), p.scale, p.bias, out,
                        static_cast<float*>(mean->untyped_data()), static_cast<float*>(rstd->untyped_data()), s,
                        eps, f, begin, end);
     });

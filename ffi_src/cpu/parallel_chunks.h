@@ -14,8 +14,16 @@
 
 namespace jaxnorm {
 
-// Rows per chunk: about 64K elements, so scheduling costs little against the work.
-inline int64_t chunk_rows(int64_t cols) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1)); }
+// Rows per chunk: about `elements` elements (64K), so scheduling costs little against the work.
+inline int64_t chunk_rows(int64_t cols, int64_t elements = int64_t{1} << 16) {
+  return std::max<int64_t>(1, elements / std::max<int64_t>(cols, 1));
+}
+
+// Rows per chunk of the row ops (norms, softmax) whose chunks compute independent rows: 16K
+// elements. XLA ran the custom calls of a small program one after another on one thread, so an
+// op's own chunks were its only parallelism, and 64K-element chunks left inputs of up to 64
+// rows of 1024 on one core while XLA's fusions used both.
+inline int64_t row_chunk_rows(int64_t cols) { return chunk_rows(cols, int64_t{1} << 14); }
 
 // Calls body(chunk, begin, end) for chunk c = [c * grain, min(n, (c + 1) * grain)) of [0, n), on
 // the pool's threads and the caller's, and returns when every chunk is done. The caller takes

@@ -9,61 +9,70 @@
 #include "cpu/host_float.h"
 #include "cpu/keep.h"
 #include "cpu/parallel_chunks.h"
+#include "cpu/prefault.h"
 #include "cpu/vec_math.h"
 
 namespace jaxnorm {
 namespace {
 
-// One pass for the max (NaN kept), one for exp(x - max) into `e` and its sum, one for the
-// outputs from `e`: one exp per element, every loop vectorized (vec_math.h).
+// One pass for the max (NaN kept), one for exp(x - max) and its sum, one for the outputs: one
+// exp per element, every loop vectorized (vec_math.h). Softmax keeps the exps in `e` for its
+// output pass; log-softmax needs only their sum.
 template <class T, class Keep>
-JN_VEC_INLINE void softmax_fwd_row(const T* xr, Keep keep, T* yr, float* e, int64_t cols, bool log) {
-  const float m = lane_max(cols, [&](int64_t c) { return keep(c) ? to_float(xr[c]) : -INFINITY; });
+JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, int64_t cols, bool log) {
+  const float m = lane_max(cols, [&](int64_t c) { return keep(c) ? xr[c] : -INFINITY; });
   if (m == -INFINITY) {  // every kept logit is -inf, or none is kept: jax.nn's NaN / 0 / -inf
     const SoftmaxRow row = softmax_row(m, 0.f, log);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(softmax_apply(to_float(xr[c]), keep(c), row, log));
+    for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(softmax_apply(xr[c], keep(c), row, log));
     return;
   }
-  for (int64_t c = 0; c < cols; ++c) {
-    const float ev = exp_vec(to_float(xr[c]) - m);
-    e[c] = keep(c) ? ev : 0.f;
-  }
-  const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, [&](int64_t c) { return e[c]; })), log);
+  const auto exp_kept = [&](int64_t c) {
+    const float ev = exp_nonpos(xr[c] - m);
+    return keep(c) ? ev : 0.f;
+  };
   if (log) {
+    const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, exp_kept)), log);
     for (int64_t c = 0; c < cols; ++c) {
-      const float v = (to_float(xr[c]) - row.max) - row.k;
+      const float v = (xr[c] - row.max) - row.k;
       yr[c] = from_float<T>(keep(c) ? v : -INFINITY);
     }
-  } else {
-    for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(e[c] * row.k);
+    return;
   }
+  const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, [&](int64_t c) {
+                                       const float ev = exp_kept(c);
+                                       e[c] = ev;
+                                       return ev;
+                                     })),
+                                     log);
+  for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(e[c] * row.k);
 }
 
 template <class T>
 JN_CPU_CLONES void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, bool log, int64_t begin, int64_t end) {
   std::vector<float> e(static_cast<size_t>(s.cols));
+  FloatRows<T> xf(s.cols);
   for (int64_t r = begin; r < end; ++r) {
     if (mask) {
-      softmax_fwd_row(x + r * s.cols, KeepMask{mask + r * s.cols}, y + r * s.cols, e.data(), s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepMask{mask + r * s.cols}, y + r * s.cols, e.data(), s.cols, log);
     } else {
-      softmax_fwd_row(x + r * s.cols, KeepAll{}, y + r * s.cols, e.data(), s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepAll{}, y + r * s.cols, e.data(), s.cols, log);
     }
   }
 }
 
 template <class T, class Keep>
-JN_VEC_INLINE void softmax_bwd_row(const T* y, const T* dy, Keep keep, T* dx, int64_t cols, bool log) {
+JN_VEC_INLINE void softmax_bwd_row(const float* y, const float* dy, Keep keep, T* dx, int64_t cols, bool log) {
   const float sf = static_cast<float>(block_sum(cols, [&](int64_t c) {
-    return softmax_bwd_term(to_float(y[c]), to_float(dy[c]), keep(c), log);
+    return softmax_bwd_term(y[c], dy[c], keep(c), log);
   }));
   if (log) {
     for (int64_t c = 0; c < cols; ++c) {
-      const float v = to_float(dy[c]) - exp_vec(to_float(y[c])) * sf;
+      const float v = dy[c] - exp_nonpos(y[c]) * sf;
       dx[c] = from_float<T>(keep(c) ? v : 0.f);
     }
   } else {
     for (int64_t c = 0; c < cols; ++c) {
-      const float yv = to_float(y[c]), v = yv * (to_float(dy[c]) - sf);
+      const float yv = y[c], v = yv * (dy[c] - sf);
       dx[c] = from_float<T>(keep(c) ? v : 0.f);
     }
   }
@@ -72,12 +81,13 @@ JN_VEC_INLINE void softmax_bwd_row(const T* y, const T* dy, Keep keep, T* dx, in
 template <class T>
 JN_CPU_CLONES void softmax_bwd_rows(const T* y, const T* dy, const bool* mask, T* dx, Rows s, bool log,
                                     int64_t begin, int64_t end) {
+  FloatRows<T> yf(s.cols), dyf(s.cols);
   for (int64_t r = begin; r < end; ++r) {
     const int64_t o = r * s.cols;
     if (mask) {
-      softmax_bwd_row(y + o, dy + o, KeepMask{mask + o}, dx + o, s.cols, log);
+      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepMask{mask + o}, dx + o, s.cols, log);
     } else {
-      softmax_bwd_row(y + o, dy + o, KeepAll{}, dx + o, s.cols, log);
+      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepAll{}, dx + o, s.cols, log);
     }
   }
 }
@@ -90,7 +100,10 @@ ffi::Error SoftmaxFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer 
   const bool* m = has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr;
   return dispatch_float<CpuTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+    T* out = static_cast<T*>(y->untyped_data());
+    const OutputPrefault prefault(out, s.size() * sizeof(T));
+    parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      prefault.chunk(out + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       softmax_fwd_rows<T>(static_cast<const T*>(x.untyped_data()), m, static_cast<T*>(y->untyped_data()), s, log,
                           begin, end);
     });
@@ -107,7 +120,10 @@ ffi::Error SoftmaxBwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer y, ffi::AnyBuffer 
   const bool* m = has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr;
   return dispatch_float<CpuTypes>(y.element_type(), "y", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+    T* out = static_cast<T*>(dx->untyped_data());
+    const OutputPrefault prefault(out, s.size() * sizeof(T));
+    parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      prefault.chunk(out + begin * s.cols, (end - begin) * s.cols * sizeof(T));
       softmax_bwd_rows<T>(static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()), m,
                           static_cast<T*>(dx->untyped_data()), s, log, begin, end);
     });

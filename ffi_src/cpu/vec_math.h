@@ -6,6 +6,7 @@
 // The selects vectorize only without trapping math (CMakeLists: -fno-trapping-math).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,11 +26,13 @@ JN_VEC_INLINE float bits_float(int32_t i) {
   return f;
 }
 
-// exp(x) for every float x within 2 ulp (Cephes' degree-5 polynomial on [-ln2/2, ln2/2]); NaN
-// stays NaN, -inf gives 0, +inf and overflow give inf, results below the normal range are
-// subnormal (2^n is applied in two halves). No branches, so loops over it vectorize.
-JN_VEC_INLINE float exp_vec(float x) {
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+// exp(xc) as p * 2^n: n = round(xc / ln2), p = exp(xc - n ln2) by Cephes' degree-5 polynomial
+// on [-ln2/2, ln2/2]. For |xc| <= 104; a NaN xc gives a NaN p.
+struct ExpParts {
+  float p;
+  int32_t n;
+};
+JN_VEC_INLINE ExpParts exp_parts(float xc) {
   // n = round(x / ln2) by the 1.5 * 2^23 trick (nearest even; no libm call, vectorizes).
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f;
@@ -40,69 +43,122 @@ JN_VEC_INLINE float exp_vec(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t ni = static_cast<int32_t>(n);
-  const int32_t half = ni / 2;
-  const float y = p * bits_float((half + 127) << 23) * bits_float((ni - half + 127) << 23);
+  return {p * r * r + r + 1.0f, static_cast<int32_t>(n)};
+}
+
+// 2^e for e in [-127, 128] from the exponent field (2^-127 reads as 0, 2^128 as inf).
+JN_VEC_INLINE float pow2_field(int32_t e) { return bits_float(static_cast<int32_t>(static_cast<uint32_t>(e + 127) << 23)); }
+
+// exp(x) for every float x within 2 ulp; NaN stays NaN, -inf gives 0, +inf and overflow give
+// inf, results below the normal range are subnormal (2^n is applied in two halves). No
+// branches, so loops over it vectorize.
+JN_VEC_INLINE float exp_vec(float x) {
+  const ExpParts e = exp_parts(x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x));
+  const int32_t half = e.n / 2;
+  const float y = e.p * pow2_field(half) * pow2_field(e.n - half);
   const float big = x > 88.7228394f ? INFINITY : y;
   return x != x ? x : big;
 }
 
-// Sum of term(c) over [0, n): 16 float lanes over blocks of 512 terms, each block's total added
-// in double. Vectorizes; the order is fixed by n alone (reproducible); the error is that of
-// ~32-term float sums plus a double sum of blocks.
-template <class Term>
-JN_VEC_INLINE double block_sum(int64_t n, const Term& term) {
-  constexpr int kLanes = 16, kBlock = 512;
-  double total = 0.0;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t e = b + kBlock < n ? b + kBlock : n;
-    float acc[kLanes] = {};
-    int64_t c = b;
-    for (; c + kLanes <= e; c += kLanes) {
-      for (int j = 0; j < kLanes; ++j) acc[j] += term(c + j);
+// exp(x) for x <= 0 or NaN (softmax's x - max; log-softmax's outputs), in about half
+// exp_vec's instructions: no overflow handling, one power of two, and results below float's
+// normal range (x < -87.3) flushed to 0 or rounded once, at most 2^-126 off where a softmax
+// sum is at least 1. -inf gives 0 (x is clamped to -88, where n = -127 and 2^n reads as 0);
+// NaN stays NaN through the polynomial. The same values as exp_vec wherever those are normal.
+JN_VEC_INLINE float exp_nonpos(float x) {
+  const ExpParts e = exp_parts(x < -88.0f ? -88.0f : x);
+  return e.p * pow2_field(e.n);
+}
+
+typedef float v8f __attribute__((vector_size(32)));  // GCC/Clang vector extensions
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+JN_VEC_INLINE v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+constexpr int kTermBlock = 512;
+
+// Calls body(buf, b, w) for each block [b, b + w) of up to kTermBlock positions of [0, n), with
+// buf[k][i] = term(b + i)[k] (term returns a std::array<float, K>). The terms are written by a
+// plain loop, which the vectorizer handles whatever the term (exp included); the reductions
+// then read the buffer in vector registers. Reducing inside the term loop left the lanes in
+// memory (a store-to-load chain per iteration) or built vectors element by element.
+template <int K, class Term, class Body>
+JN_VEC_INLINE void for_each_term_block(int64_t n, const Term& term, const Body& body) {
+  alignas(32) float buf[K][kTermBlock];
+  for (int64_t b = 0; b < n; b += kTermBlock) {
+    const int w = static_cast<int>(b + kTermBlock < n ? kTermBlock : n - b);
+    for (int i = 0; i < w; ++i) {
+      const std::array<float, K> t = term(b + i);
+      for (int k = 0; k < K; ++k) buf[k][i] = t[k];
     }
-    for (; c < e; ++c) acc[0] += term(c);
-    for (int w = kLanes / 2; w > 0; w /= 2) {
-      for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-    }
-    total += acc[0];
+    body(buf, w);
   }
+}
+
+// K sums at once, in one pass over [0, n): term(c) returns the K terms of position c as a
+// std::array<float, K>. 16 float lanes per sum over blocks of 512 positions (lane j takes
+// positions j, j + 16, ...; a tail shorter than 16 goes to lane 0), each block's lanes added
+// pairwise and its total in double: the order is fixed by n alone (reproducible), the error that
+// of ~32-term float sums plus a double sum of blocks, and the float lanes keep the full SIMD
+// width (a double accumulator halves it).
+template <int K, class Term>
+JN_VEC_INLINE std::array<double, K> block_sums(int64_t n, const Term& term) {
+  std::array<double, K> total{};
+  for_each_term_block<K>(n, term, [&](const float (*buf)[kTermBlock], int w) {
+    const int full = w / 16 * 16;
+    for (int k = 0; k < K; ++k) {
+      v8f a0 = {}, a1 = {};
+      for (int i = 0; i < full; i += 16) {
+        a0 += load8(&buf[k][i]);
+        a1 += load8(&buf[k][i + 8]);
+      }
+      for (int i = full; i < w; ++i) a0[0] += buf[k][i];
+      const v8f s = a0 + a1;  // lanes j + 8 into j, then j + 4, j + 2, j + 1
+      const float s4[4] = {s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]};
+      total[k] += static_cast<double>((s4[0] + s4[2]) + (s4[1] + s4[3]));
+    }
+  });
   return total;
 }
 
+template <class Term>
+JN_VEC_INLINE double block_sum(int64_t n, const Term& term) {
+  return block_sums<1>(n, [&](int64_t c) { return std::array<float, 1>{term(c)}; })[0];
+}
+
 // max of term(c) over [0, n) (-inf when n == 0), NaN when any term is NaN: two 8-float vector
-// lanes (GCC/Clang vector extensions: max and NaN tests per lane, no serial compare chain).
+// lanes (max and NaN tests per lane, no serial compare chain).
 template <class Term>
 JN_VEC_INLINE float lane_max(int64_t n, const Term& term) {
-  typedef float v8f __attribute__((vector_size(32)));
-  typedef int32_t v8i __attribute__((vector_size(32)));
   v8f acc0 = {}, acc1 = {};
   acc0 -= INFINITY;
   acc1 -= INFINITY;
   v8i bad = {};
-  int64_t c = 0;
-  for (; c + 16 <= n; c += 16) {
-    v8f a, b;
-    for (int j = 0; j < 8; ++j) {
-      a[j] = term(c + j);
-      b[j] = term(c + 8 + j);
-    }
-    acc0 = a > acc0 ? a : acc0;
-    acc1 = b > acc1 ? b : acc1;
-    bad |= (a != a) | (b != b);
-  }
   float m = -INFINITY;
   int32_t any = 0;
+  for_each_term_block<1>(n, [&](int64_t c) { return std::array<float, 1>{term(c)}; },
+                         [&](const float (*buf)[kTermBlock], int w) {
+                           const int full = w / 16 * 16;
+                           for (int i = 0; i < full; i += 16) {
+                             const v8f a = load8(&buf[0][i]), b = load8(&buf[0][i + 8]);
+                             acc0 = a > acc0 ? a : acc0;
+                             acc1 = b > acc1 ? b : acc1;
+                             bad |= (a != a) | (b != b);
+                           }
+                           for (int i = full; i < w; ++i) {
+                             const float v = buf[0][i];
+                             m = v > m ? v : m;
+                             any |= v != v;
+                           }
+                         });
   for (int j = 0; j < 8; ++j) {
     m = acc0[j] > m ? acc0[j] : m;
     m = acc1[j] > m ? acc1[j] : m;
     any |= bad[j];
-  }
-  for (; c < n; ++c) {
-    const float v = term(c);
-    m = v > m ? v : m;
-    any |= v != v;
   }
   return any ? NAN : m;
 }

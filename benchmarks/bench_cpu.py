@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""CPU speed of jaxnorm's row ops against XLA's CPU code for the same jax.numpy reference
+(issue 17): every op x dtype x shape x direction, as same-run ratios.
+
+    python benchmarks/bench_cpu.py --out benchmarks/results/cpu-<commit>.md
+    python benchmarks/bench_cpu.py --ops softmax --dtypes float32 --shapes 256x1024 --pairs 9
+    MALLOC_TRIM_THRESHOLD_=4000000000 MALLOC_MMAP_THRESHOLD_=4000000000 \
+        python benchmarks/bench_cpu.py --shapes 256x1024,32x8192 --out FILE --append
+
+On a shared, noisy machine two separately timed medians can differ by 2x from load alone, so
+the two implementations are timed in alternating calls (jaxnorm, XLA, jaxnorm, XLA, ...), each
+pair gives one ratio XLA time / jaxnorm time, and the table reports the median of those ratios
+(> 1: jaxnorm faster). Each call applies the op to N distinct inputs (N * elements >= 2^22, at
+most 16) so that its fixed dispatch cost stays small; jaxnorm's outputs for the first input
+are checked against XLA's (jaxnorm/_timing.py's tolerances).
+
+At small shapes much of the time can go to the kernel mapping fresh output pages (over half of
+jaxnorm's at 32x8192 in one profile), and how many pages are fresh depends on when glibc's malloc
+hands freed outputs back to the system (its dynamic trim threshold, which a program's large
+temporaries raise), which differs between jaxnorm's program and XLA's. The MALLOC_* variables above
+fix those thresholds for both implementations alike; a run records them in its heading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+try:
+    import jaxnorm  # noqa: F401
+except ImportError:  # a source checkout that is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from jaxnorm import _timing as T
+
+SHAPES = [(256, 1024), (8192, 1024), (32, 8192), (64, 65536)]
+
+
+def n_inputs(rows: int, cols: int) -> int:
+    return max(1, min(16, (1 << 22) // (rows * cols)))
+
+
+def timed(f, args) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(*args))
+    return time.perf_counter() - t0
+
+
+def measure(op: str, dtype: str, shape, direction: str, pairs: int, impls: dict) -> dict:
+    n = n_inputs(*shape)
+    xs, dys, params = T.make_inputs(0, shape, T.DTYPES[dtype], n)
+    args = (xs, dys, params[: T.N_PARAMS[op]])
+    jn = T.make_step(impls["jaxnorm"][op], direction, n)
+    xla = T.make_step(impls["xla"][op], direction, n)
+    check = T.compare(jn(*args), xla(*args), dtype)  # also the compile calls
+    for f in (jn, xla):  # warm-up
+        timed(f, args)
+    t_jn, t_xla = [], []
+    for _ in range(pairs):
+        t_jn.append(timed(jn, args))
+        t_xla.append(timed(xla, args))
+    ratios = [b / a for a, b in zip(t_jn, t_xla)]
+    return {"op": op, "dtype": dtype, "shape": shape, "direction": direction, "n": n,
+            "jaxnorm_s": statistics.median(t_jn) / n, "xla_s": statistics.median(t_xla) / n,
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "check": check.get("pass")}
+
+
+def fmt_ms(s: float) -> str:
+    return f"{s * 1e3:.3g}"
+
+
+def table(recs) -> str:
+    lines = ["| op | dtype | shape | dir | N | jaxnorm ms | XLA ms | ratio (median) | min–max | check |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        lines.append(f"| {r['op']} | {r['dtype']} | {r['shape'][0]}×{r['shape'][1]} | {r['direction']} | "
+                     f"{r['n']} | {fmt_ms(r['jaxnorm_s'])} | {fmt_ms(r['xla_s'])} | **{r['ratio']:.2f}** | "
+                     f"{r['ratio_min']:.2f}–{r['ratio_max']:.2f} | {'pass' if r['check'] else 'FAIL'} |")
+    return "\n".join(lines)
+
+
+def summary(recs) -> str:
+    lines = ["| op | min ratio | median ratio | cells < 1.0 |", "|---|---|---|---|"]
+    for op in dict.fromkeys(r["op"] for r in recs):
+        rs = [r["ratio"] for r in recs if r["op"] == op]
+        lines.append(f"| {op} | {min(rs):.2f} | {statistics.median(rs):.2f} | "
+                     f"{sum(x < 1.0 for x in rs)} of {len(rs)} |")
+    return "\n".join(lines)
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+    except Exception:
+        return os.environ.get("COMMIT", "unknown")
+
+
+def method(pairs: int) -> str:
+    return (f"Each cell: jax.jit of the op over N distinct random-normal inputs (N * elements >= 2^22, "
+            f"N <= 16; fwd+bwd = jax.vjp and the pullback of a random-normal dy, every gradient "
+            f"returned), for jaxnorm and for jaxnorm.reference compiled by XLA. After compiling and "
+            f"one warm-up call each, {pairs} pairs of calls are timed alternately (jaxnorm then XLA, "
+            f"wall clock around the call and block_until_ready); ratio = XLA time / jaxnorm time per "
+            f"pair, median over the pairs (min–max beside it); the ms columns are median call time / N. "
+            f"Norm parameters float32, epsilon 1e-6; softmax over the last axis, no mask. "
+            f"Check: jaxnorm's outputs for the first input against XLA's (jaxnorm/_timing.py).")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ops", default=",".join(T.OPS))
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
+    p.add_argument("--directions", default=",".join(T.DIRECTIONS))
+    p.add_argument("--pairs", type=int, default=15, help="alternating timed pairs per cell (15)")
+    p.add_argument("--out", help="write the Markdown result here")
+    p.add_argument("--append", action="store_true", help="add this run to --out as a section")
+    a = p.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
+    impls = T.implementations(include_tokamax=False)
+    t0 = time.perf_counter()
+    recs = []
+    for op in a.ops.split(","):
+        for dtype in a.dtypes.split(","):
+            for shape in shapes:
+                for d in a.directions.split(","):
+                    r = measure(op, dtype, shape, d, a.pairs, impls)
+                    recs.append(r)
+                    print(f"{op:<11} {dtype:<8} {shape[0]:>5}x{shape[1]:<6} {d:<7} jaxnorm "
+                          f"{fmt_ms(r['jaxnorm_s']):>7} ms  XLA {fmt_ms(r['xla_s']):>7} ms  ratio "
+                          f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
+                          f"{'' if r['check'] else '  CHECK FAILED'}", flush=True)
+    print("\n" + summary(recs))
+    failed = sum(not r["check"] for r in recs)
+    if a.out:
+        machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                   f"jax {jax.__version__}, {platform.platform()}")
+        malloc_env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_"))
+        command = f"{malloc_env + ' ' if malloc_env else ''}python benchmarks/bench_cpu.py {' '.join(sys.argv[1:])}"
+        body = (f"{datetime.date.today()}, {machine}; {time.perf_counter() - t0:.0f} s. "
+                f"Command: `{command}`.\n\nMethod: {method(a.pairs)}\n\n"
+                f"### Summary (ratio = XLA time / jaxnorm time)\n\n{summary(recs)}\n\n"
+                f"### Every cell\n\n{table(recs)}\n")
+        if a.append:
+            heading = f"\n## Run with {malloc_env or 'the default environment'}\n\n"
+            with open(a.out, "a") as f:
+                f.write(heading + body)
+        else:
+            Path(a.out).write_text(f"# CPU: jaxnorm vs XLA, commit {commit()}\n\n## Run with "
+                                   f"{malloc_env or 'the default environment'}\n\n" + body)
+        print(f"wrote {a.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
