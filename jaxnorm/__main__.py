@@ -297,8 +297,8 @@ def self_check_cross_entropy() -> int:
                 checks[f"dlogits {name} == reference"] = close(got[1], want[1], tol)
             targets, err = _lowered_targets(
                 jax.grad(lambda x: jnp.sum(jaxnorm.softmax_cross_entropy(x, labels))), x)
-            checks["grad lowers to jaxnorm_cross_entropy_fwd + _bwd"] = (
-                {"jaxnorm_cross_entropy_fwd", "jaxnorm_cross_entropy_bwd"} <= targets and not err)
+            checks["grad lowers to jaxnorm_cross_entropy_fwd_v2 + _bwd"] = (
+                {"jaxnorm_cross_entropy_fwd_v2", "jaxnorm_cross_entropy_bwd"} <= targets and not err)
 
         failures += _report_checks("cross-entropy", dtype_name, run, width=60)
     return failures

@@ -24,7 +24,7 @@ def partial_rows(rows_per_group: int, cols: int, groups: int) -> int:
     return max(1, min(rows_per_group, budget // max(groups, 1)))
 
 
-def _norm_bwd_workspace(avals_in, params):
+def _norm_bwd_workspace(avals_in, params, platform):
     rows, cols = avals_in[0].shape
     groups = params["groups"]
     p = partial_rows(rows // groups if groups else 0, cols, groups)
@@ -64,11 +64,35 @@ SOFTMAX_BWD = FfiOp(
 # Softmax cross-entropy with integer labels: the forward writes the per-row loss and saves (lse,
 # kept count) for the backward, which reads the logits once more and writes dlogits in their dtype.
 _CE_ATTRS = ("label_smoothing", "z_loss", "ignore_index", "has_mask")
+# On the GPU a wide row is read by several CTAs at once, chunks of about _CE_CHUNK columns (at
+# least _CE_MIN_CHUNK when that gives the grid _CE_CTAS CTAs), which write partial statistics to
+# the workspace, (rows, chunks, 4) f32: 1/1024 of bf16 logits. Rows of one chunk are not split.
+_CE_CHUNK, _CE_MIN_CHUNK, _CE_CTAS = 8192, 2048, 4096
+
+
+def ce_chunks(rows: int, cols: int) -> int:
+    """How many chunks the CUDA forward may split each row into (0: none)."""
+    if cols <= _CE_CHUNK:
+        return 0
+    k = -(-cols // _CE_CHUNK)
+    if rows * k < _CE_CTAS:
+        k = max(k, min(-(-cols // _CE_MIN_CHUNK), -(-_CE_CTAS // max(rows, 1))))
+    return k
+
+
+def _ce_fwd_workspace(avals_in, params, platform):
+    rows, cols = avals_in[0].shape
+    return [ShapedArray((rows, ce_chunks(rows, cols) if platform == "cuda" else 0, 4), F32)]
+
+
+# Version 2 of the forward target: version 1 ("jaxnorm_cross_entropy_fwd", no workspace) stays
+# registered for old artifacts (README, Export).
 CROSS_ENTROPY_FWD = FfiOp(
-    name="jaxnorm_cross_entropy_fwd",
+    name="jaxnorm_cross_entropy_fwd_v2",
     operands=("R,C", "R", "R,C?"),  # logits, labels (int32), mask
     results=(("R", F32), ("R,2", F32)),  # loss, stats = (lse, kept count)
     attrs=_CE_ATTRS,
+    workspace=_ce_fwd_workspace,
     row_sharded=True,
 )
 CROSS_ENTROPY_BWD = FfiOp(
@@ -142,7 +166,7 @@ PAD_UNPACK, PAD_UNPACK3, PAD_PACK, PAD_PACK3 = _pad_unpack(1), _pad_unpack(3), _
 # Decode attention: q (B, Hq, D), caches (B, Hkv, L, D) or (B, L, Hkv, D) ("blhd"), lengths (B);
 # the append form also takes k_new, v_new (B, Hkv, D) and returns the caches, aliased with the
 # operands. Workspace: the splits' partial softmax states (max, sum, weighted V) in float32.
-def _decode_workspace(avals_in, params):
+def _decode_workspace(avals_in, params, platform):
     batch, q_heads, head_dim = avals_in[0].shape
     splits = params["splits"]
     return [ShapedArray((batch * q_heads * splits * (2 + head_dim) if splits > 1 else 0,), F32)]
@@ -196,7 +220,7 @@ def linear_attention_parts(rows: int, length: int, k_dim: int, v_dim: int) -> in
     return max(1, min(32, -(-length // 64), want))
 
 
-def _linear_attention_workspace(avals_in, params):
+def _linear_attention_workspace(avals_in, params, platform):
     rows, _, k_dim = avals_in[0].shape
     v_dim = avals_in[2].shape[2]
     parts = params["parts"]

@@ -59,8 +59,8 @@ class FfiOp:
     results: tuple[tuple[str, object], ...]  # (spec, dtype): "x" the first operand's, int i operand i's,
     # or (avals, params) -> dtype
     attrs: tuple[str, ...]  # params passed to the handler as FFI attributes
-    # (avals_in, params) -> extra workspace results appended in the lowering
-    workspace: Callable[[Sequence[ShapedArray], dict], list[ShapedArray]] | None = None
+    # (avals_in, params, platform) -> extra workspace results appended in the lowering
+    workspace: Callable[[Sequence[ShapedArray], dict, str], list[ShapedArray]] | None = None
     # (operand, result) pairs that share one buffer: the handler updates the operand in place
     # (XLA copies it first only when the operand is still needed elsewhere).
     aliases: tuple[tuple[int, int], ...] = ()
@@ -136,7 +136,7 @@ def _lowering(ctx, *args, op: FfiOp, platform: str, **params):
         raise RuntimeError(_ffi.cuda_unavailable_reason())
     if op.derived:
         params = {**params, **op.derived(ctx.avals_in)}
-    extra = op.workspace(ctx.avals_in, params) if op.workspace else []
+    extra = op.workspace(ctx.avals_in, params, platform) if op.workspace else []
     n_out = len(ctx.avals_out)
     if extra:
         ctx = ctx.replace(avals_out=[*ctx.avals_out, *extra])

@@ -36,9 +36,10 @@
 //                attribute scale: per row, the scaled sum of its run of sorted ids, in sorted order
 //   cross_entropy_fwd: logits (R, C), labels (R) s32, mask (R, C | 0) pred
 //                -> loss (R) f32, stats (R, 2) f32 = (lse, kept classes)
+//   cross_entropy_fwd_v2: the same plus a workspace result, partials (R, K, 4) f32
 //   cross_entropy_bwd: logits (R, C), labels (R) s32, stats (R, 2) f32, dloss (R) f32,
 //                mask (R, C | 0) pred -> dlogits (R, C)
-//                both with attributes label_smoothing, z_loss, ignore_index, has_mask
+//                all three with attributes label_smoothing, z_loss, ignore_index, has_mask
 //                (common/cross_entropy_math.h states the arithmetic)
 #pragma once
 
@@ -242,6 +243,18 @@ auto cross_entropy_fwd_signature(B b) {
   return cross_entropy_attrs(std::move(b).template Arg<ffi::AnyBuffer>()
                                  .template Arg<ffi::AnyBuffer>()
                                  .template Arg<ffi::AnyBuffer>()
+                                 .template Ret<ffi::AnyBuffer>()
+                                 .template Ret<ffi::AnyBuffer>());
+}
+
+// Version 2 adds a workspace result: the partial statistics of the chunks of wide rows, (rows,
+// chunks, 4) f32, the chunk count chosen by the lowering (0: rows are not split).
+template <class B>
+auto cross_entropy_fwd_v2_signature(B b) {
+  return cross_entropy_attrs(std::move(b).template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Arg<ffi::AnyBuffer>()
+                                 .template Ret<ffi::AnyBuffer>()
                                  .template Ret<ffi::AnyBuffer>()
                                  .template Ret<ffi::AnyBuffer>());
 }

@@ -9,6 +9,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCpu);
@@ -33,6 +34,7 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCpu);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCpu);
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCpu);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_fwd_v2", JaxnormCrossEntropyFwdV2Cpu);
     JN_REGISTER(d, "jaxnorm_cross_entropy_bwd", JaxnormCrossEntropyBwdCpu);
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCpu);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCpu);

@@ -91,6 +91,15 @@ ffi::Error CrossEntropyFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer logits, ffi::
   });
 }
 
+// The version-2 target's partials are the CUDA kernels' workspace; rows here are never split,
+// and the lowering gives the CPU none (zero chunks).
+ffi::Error CrossEntropyFwdV2Cpu(ffi::ThreadPool pool, ffi::AnyBuffer logits, ffi::AnyBuffer labels,
+                                ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> loss,
+                                ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer>, float smoothing,
+                                float z_loss, int64_t ignore_index, bool has_mask) {
+  return CrossEntropyFwdCpu(pool, logits, labels, mask, loss, stats, smoothing, z_loss, ignore_index, has_mask);
+}
+
 ffi::Error CrossEntropyBwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer logits, ffi::AnyBuffer labels, ffi::AnyBuffer stats,
                               ffi::AnyBuffer dloss, ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> dlogits,
                               float smoothing, float z_loss, int64_t ignore_index, bool has_mask) {
@@ -113,6 +122,8 @@ ffi::Error CrossEntropyBwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer logits, ffi::
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCpu, CrossEntropyFwdCpu,
                               cross_entropy_fwd_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cpu, CrossEntropyFwdV2Cpu,
+                              cross_entropy_fwd_v2_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCpu, CrossEntropyBwdCpu,
                               cross_entropy_bwd_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 

@@ -6,26 +6,79 @@
 namespace jaxnorm {
 namespace {
 
-ffi::Error CrossEntropyFwdCuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::AnyBuffer labels, ffi::AnyBuffer mask,
-                               ffi::Result<ffi::AnyBuffer> loss, ffi::Result<ffi::AnyBuffer> stats, float smoothing,
-                               float z_loss, int64_t ignore_index, bool has_mask) {
+// Chunks of `width` columns (a multiple of the pack) splitting `cols` into at most `chunks` pieces
+// of equal work: the last one is not left with a remainder.
+struct Chunking {
+  int64_t chunks, width;
+};
+
+Chunking balanced_chunks(int64_t cols, int64_t chunks, int pack) {
+  const int64_t width = ceil_div(ceil_div(cols, chunks), pack) * pack;
+  return {ceil_div(cols, width), width};
+}
+
+template <class T, int N>
+ffi::Error launch_fwd_chunks(const CrossEntropyFwdOp<T>& op, int64_t rows, Chunking k, CeStats* partials,
+                             cudaStream_t stream) {
+  JN_RETURN_IF_ERROR(launch(ce::fwd_chunk_kernel<T, N>, dim3(static_cast<unsigned>(rows * k.chunks)),
+                            dim3(ce::kThreads), 1, stream, "cross-entropy forward (chunks)", op, k.chunks, k.width,
+                            partials));
+  return launch(ce::fwd_merge_kernel<T>, dim3(static_cast<unsigned>(ceil_div(rows, ce::kMergeRows))),
+                dim3(32 * ce::kMergeRows), 1, stream, "cross-entropy forward (merge)", op, rows, k.chunks,
+                static_cast<const CeStats*>(partials));
+}
+
+// `partials` (rows, K, 4) f32, or K = 0 (also the version-1 target, which has none): rows of
+// more than one chunk are split into at most K chunks; otherwise each row is one tile's work.
+ffi::Error cross_entropy_fwd(cudaStream_t stream, ffi::AnyBuffer logits, ffi::AnyBuffer labels, ffi::AnyBuffer mask,
+                             ffi::Result<ffi::AnyBuffer> loss, ffi::Result<ffi::AnyBuffer> stats,
+                             ffi::AnyBuffer* partials, const CeOptions& o) {
   Rows s;
-  JN_RETURN_IF_ERROR(check_cross_entropy(logits, labels, mask, has_mask, nullptr, nullptr, &s));
+  JN_RETURN_IF_ERROR(check_cross_entropy(logits, labels, mask, o.has_mask, nullptr, nullptr, &s));
   if (s.rows == 0) return ffi::Error::Success();
+  int64_t max_chunks = 0;
+  if (partials != nullptr) {
+    const auto dims = partials->dimensions();
+    if (partials->element_type() != ffi::DataType::F32 || dims.size() != 3 || dims[0] != s.rows || dims[2] != 4)
+      return ffi::Error::InvalidArgument("jaxnorm: cross-entropy partials must be f32 (rows, chunks, 4)");
+    max_chunks = dims[1];
+  }
   return dispatch_float<CudaTypes>(logits.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Op = CrossEntropyFwdOp<T>;
     Op op{{static_cast<const T*>(logits.untyped_data()),
-           has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, s.cols},
+           o.has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, s.cols},
           static_cast<const int32_t*>(labels.untyped_data()),
           static_cast<float*>(loss->untyped_data()),
           static_cast<float*>(stats->untyped_data()),
-          {smoothing, z_loss, ignore_index, has_mask}};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.mask);
+          o};
+    constexpr int V = kVecOf<T>;
+    const bool vec = s.cols % V == 0 && aligned16(op.x) && aligned16(op.mask);
+    if (max_chunks >= 2 && s.rows * max_chunks <= INT32_MAX) {
+      const Chunking k = balanced_chunks(s.cols, max_chunks, vec ? V : 1);
+      auto* p = static_cast<CeStats*>(partials->untyped_data());
+      if (k.chunks >= 2) return vec ? launch_fwd_chunks<T, V>(op, s.rows, k, p, stream)
+                                    : launch_fwd_chunks<T, 1>(op, s.rows, k, p, stream);
+    }
     const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
     FwdRunner<Op> runner{op, s.rows, s.cols, stream, "cross-entropy forward"};
     return run_choice<Op>(c, runner);
   });
+}
+
+ffi::Error CrossEntropyFwdCuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::AnyBuffer labels, ffi::AnyBuffer mask,
+                               ffi::Result<ffi::AnyBuffer> loss, ffi::Result<ffi::AnyBuffer> stats, float smoothing,
+                               float z_loss, int64_t ignore_index, bool has_mask) {
+  return cross_entropy_fwd(stream, logits, labels, mask, loss, stats, nullptr,
+                           {smoothing, z_loss, ignore_index, has_mask});
+}
+
+ffi::Error CrossEntropyFwdV2Cuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::AnyBuffer labels,
+                                 ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> loss,
+                                 ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> partials,
+                                 float smoothing, float z_loss, int64_t ignore_index, bool has_mask) {
+  ffi::AnyBuffer p = *partials;
+  return cross_entropy_fwd(stream, logits, labels, mask, loss, stats, &p, {smoothing, z_loss, ignore_index, has_mask});
 }
 
 template <class T, int N>
@@ -58,6 +111,19 @@ ffi::Error CrossEntropyBwdCuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::
                            {smoothing, z_loss, ignore_index, has_mask}};
     constexpr int V = kVecOf<T>;
     const bool vec = s.cols % V == 0 && aligned16(a.x) && aligned16(a.dx) && aligned16(a.mask);
+    // Rows of a CTA's step or more: a CTA per chunk of a row (its coefficients loaded once).
+    const int64_t step = ce::kThreads * (vec ? ce::kChunkPacks<V> * V : ce::kChunkPacks<1>);
+    if (s.cols >= step) {
+      const Chunking k = balanced_chunks(s.cols, ceil_div(s.cols, step), vec ? V : 1);
+      if (s.rows * k.chunks <= INT32_MAX) {
+        const dim3 grid(static_cast<unsigned>(s.rows * k.chunks));
+        auto go = [&](auto kernel) {
+          return launch(kernel, grid, dim3(ce::kThreads), 1, stream, "cross-entropy backward", a, k.chunks, k.width);
+        };
+        if (vec) return a.mask ? go(ce::bwd_chunk_kernel<T, V, true>) : go(ce::bwd_chunk_kernel<T, V, false>);
+        return a.mask ? go(ce::bwd_chunk_kernel<T, 1, true>) : go(ce::bwd_chunk_kernel<T, 1, false>);
+      }
+    }
     return vec ? launch_bwd<T, V>(a, s.rows, stream) : launch_bwd<T, 1>(a, s.rows, stream);
   });
 }
@@ -66,6 +132,9 @@ ffi::Error CrossEntropyBwdCuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCuda, CrossEntropyFwdCuda,
                               cross_entropy_fwd_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cuda, CrossEntropyFwdV2Cuda,
+                              cross_entropy_fwd_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCuda, CrossEntropyBwdCuda,
                               cross_entropy_bwd_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),

@@ -1,8 +1,10 @@
-// Softmax cross-entropy on the GPU. The forward is an op of the shared row kernels
-// (row_tiles.cuh): the row's online (max, sum) statistics plus the sum and count of its kept
-// logits, reduced like softmax's, and a finalize that writes the loss and the saved (lse, n); it
-// stores nothing per element, so the row is read once and no probabilities reach memory. The
-// backward needs no reduction (lse is saved): an elementwise pass over 16-byte packs.
+// Softmax cross-entropy on the GPU. The forward stores nothing per element, so a row need not
+// stay on one CTA or cluster: wide rows are cut into chunks, one CTA each, that write their
+// online (max, sum) statistics plus the sum and count of their kept logits as partials, and a
+// warp per row merges them in a fixed order and writes the loss and the saved (lse, n). Narrow
+// rows (one chunk) take the softmax family's row tiles (row_tiles.cuh) with the same op. The
+// backward needs no reduction (lse is saved): an elementwise pass over 16-byte packs, a CTA per
+// chunk of a row on wide rows, so each CTA reads its row's label and statistics once.
 #pragma once
 
 #include "common/cross_entropy_math.h"
@@ -187,6 +189,120 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(BwdArgs<T> a, Divisor<I> 
 #pragma unroll
       for (int k = 0; k < N; ++k) out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), keep[j][k], col + k, gr);
       store_pack<T, N>(a.dx + static_cast<int64_t>(i) * N, out);
+    }
+  }
+}
+
+
+// ---- wide rows ----
+
+// Packs a thread has in flight per step of the chunk kernels: four 16-byte packs (a 256-thread
+// CTA reads 16 KB a step), or eight elements when the row is not 16-byte aligned.
+template <int N>
+constexpr int kChunkPacks = N == 1 ? 8 : 4;
+// Resident CTAs per SM the chunk kernels' registers must allow, the most without spills (ptxas
+// -v; the masked 16-bit backward still spills 52 bytes at 3): 48-64 KB in flight per SM. At 2 CTAs (97-115 registers) the flat backward read 1.88 TB/s.
+constexpr int kFwdChunkCtas = 3;
+constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
+
+// A CTA's share of a row: columns [begin, end) of row `row`, chunks of `width` columns.
+struct Chunk {
+  int64_t row, begin, end;
+};
+
+__device__ __forceinline__ Chunk chunk_of(int64_t block, int64_t chunks, int64_t width, int64_t cols) {
+  Chunk c;
+  c.row = block / chunks;
+  c.begin = (block - c.row * chunks) * width;
+  c.end = min(c.begin + width, cols);
+  return c;
+}
+
+// The statistics of one chunk of a row into partials[block]: the op's convert() and
+// thread_stats() per step, merged across steps, then across the CTA in a fixed order.
+template <class T, int N>
+__global__ void __launch_bounds__(kThreads, kFwdChunkCtas) fwd_chunk_kernel(CrossEntropyFwdOp<T> op, int64_t chunks, int64_t width,
+                                                             CeStats* partials) {
+  constexpr int P = kChunkPacks<N>;
+  constexpr int kStep = kThreads * P * N;
+  const Chunk c = chunk_of(blockIdx.x, chunks, width, op.cols);
+  CeStats acc = CrossEntropyFwdOp<T>::identity();
+  for (int64_t base = c.begin; base < c.end; base += kStep) {
+    Pack<T, N> raw[P];
+    bool ok[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t col = base + (p * kThreads + threadIdx.x) * N;
+      ok[p] = col < c.end;
+      if (ok[p]) raw[p] = load_raw<T, N>(op.x + c.row * op.cols + col);
+    }
+    float v[P][N];
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (ok[p]) op.convert(c.row, base + (p * kThreads + threadIdx.x) * N, raw[p], v[p]);
+    acc = ce_merge(acc, op.thread_stats(v, ok));
+  }
+  acc = group_allreduce<32>(acc, CeMerge{});
+  __shared__ CeStats warp[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    acc = group_allreduce<kThreads / 32>(threadIdx.x < kThreads / 32 ? warp[threadIdx.x] : acc, CeMerge{});
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  }
+}
+
+// A warp per row merges the row's `chunks` partials (lanes strided, then a butterfly: a fixed
+// order) and writes the loss and the saved statistics.
+constexpr int kMergeRows = 8;  // rows (warps) per CTA
+
+template <class T>
+__global__ void __launch_bounds__(32 * kMergeRows) fwd_merge_kernel(CrossEntropyFwdOp<T> op, int64_t rows,
+                                                                    int64_t chunks, const CeStats* partials) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMergeRows + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  CeStats s = CrossEntropyFwdOp<T>::identity();
+  for (int64_t k = lane; k < chunks; k += 32) s = ce_merge(s, partials[row * chunks + k]);
+  s = group_allreduce<32>(s, CeMerge{});
+  op.finalize(s, s, row, lane == 0);
+}
+
+// dlogits for one chunk of a row: the row's coefficients loaded once, then each step's packs all
+// loaded before the first store. The mask is a template flag: handled at run time, its bytes
+// took the 16-bit kernels past the register budget into spills.
+template <class T, int N, bool kMask>
+__global__ void __launch_bounds__(kThreads, kMask ? kBwdMaskedChunkCtas : kBwdChunkCtas) bwd_chunk_kernel(BwdArgs<T> a, int64_t chunks, int64_t width) {
+  constexpr int P = kChunkPacks<N>;
+  constexpr int kStep = kThreads * P * N;
+  const Chunk c = chunk_of(blockIdx.x, chunks, width, a.cols);
+  const CeGradRow gr = ce_grad_row(a.dloss[c.row], a.stats[2 * c.row], a.stats[2 * c.row + 1], a.labels[c.row],
+                                   a.cols, a.o);
+  const T* x = a.x + c.row * a.cols;
+  T* dx = a.dx + c.row * a.cols;
+  const bool* mask = kMask ? a.mask + c.row * a.cols : nullptr;
+  for (int64_t base = c.begin; base < c.end; base += kStep) {
+    Pack<T, N> raw[P];
+    Pack<bool, N> keep[P];  // as loaded: a quarter of the registers of bools
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t col = base + (p * kThreads + threadIdx.x) * N;
+      if (col < c.end) {
+        raw[p] = load_raw<T, N>(x + col);
+        if constexpr (kMask) keep[p] = *reinterpret_cast<const Pack<bool, N>*>(mask + col);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t col = base + (p * kThreads + threadIdx.x) * N;
+      if (col < c.end) {
+        float v[N], out[N];
+        unpack(raw[p], v);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), !kMask || keep[p].v[k], col + k, gr);
+        store_pack<T, N>(dx + col, out);
+      }
     }
   }
 }

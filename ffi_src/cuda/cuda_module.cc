@@ -11,6 +11,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCuda);
@@ -35,6 +36,7 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCuda);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCuda);
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCuda);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_fwd_v2", JaxnormCrossEntropyFwdV2Cuda);
     JN_REGISTER(d, "jaxnorm_cross_entropy_bwd", JaxnormCrossEntropyBwdCuda);
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCuda);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCuda);
