@@ -65,9 +65,10 @@ SOFTMAX_BWD = FfiOp(
 # kept count) for the backward, which reads the logits once more and writes dlogits in their dtype.
 _CE_ATTRS = ("label_smoothing", "z_loss", "ignore_index", "has_mask")
 # On the GPU a wide row is read by several CTAs at once, chunks of about _CE_CHUNK columns (at
-# least _CE_MIN_CHUNK when that gives the grid _CE_CTAS CTAs), which write partial statistics to
-# the workspace, (rows, chunks, 4) f32: 1/1024 of bf16 logits. Rows of one chunk are not split.
-_CE_CHUNK, _CE_MIN_CHUNK, _CE_CTAS = 8192, 2048, 4096
+# least _CE_MIN_CHUNK when that gives the grid _CE_CTAS CTAs; _CE_CHUNK is one step of a CTA over
+# 16-bit logits), which write partial statistics to the workspace, (rows, chunks, 4) f32: 1/2048
+# of bf16 logits. Rows of one chunk are not split.
+_CE_CHUNK, _CE_MIN_CHUNK, _CE_CTAS = 16384, 2048, 4096
 
 
 def ce_chunks(rows: int, cols: int) -> int:

@@ -161,6 +161,16 @@ def test_split_rows(dtype, option, cols, rng):
         assert float(loss[5]) == 0.0 and not np.any(as_f64(dx)[5])
 
 
+@pytest.mark.wide
+@pytest.mark.parametrize("shape,dtype", [((1400, 33000), "float32"), ((820, 70001), "bfloat16")], ids=str)
+def test_split_rows_many(shape, dtype, rng):
+    """Enough rows that the chunks keep their full width (3 of 11000, 5 of 14001 columns): the
+    forward's CTAs loop over several steps before merging (float32's of 8192 columns, a partial
+    last one; 70001 bf16 columns take the unpacked kernels, steps of 2048)."""
+    x = make_logits(rng, shape, DTYPES[dtype])
+    check(x, make_labels(rng, shape[:1], shape[1]), rng, label_smoothing=0.1)
+
+
 @pytest.mark.parametrize("shape,axis", [((37, 6), 0), ((3, 37, 4), 1), ((4, 5, 6), (1, 2)), ((5, 4, 6), (0, 2))],
                          ids=str)
 def test_axes(shape, axis, rng):

@@ -197,11 +197,16 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(BwdArgs<T> a, Divisor<I> 
 // ---- wide rows ----
 
 // Packs a thread has in flight per step of the chunk kernels: four 16-byte packs (a 256-thread
-// CTA reads 16 KB a step), or eight elements when the row is not 16-byte aligned.
+// CTA reads 16 KB a step), or eight elements when the row is not 16-byte aligned. The forward
+// folds each pack into its statistics as it converts it, so it holds packs as loaded (a quarter
+// of the registers of floats for 16-bit logits) and keeps eight in flight.
 template <int N>
 constexpr int kChunkPacks = N == 1 ? 8 : 4;
-// Resident CTAs per SM the chunk kernels' registers must allow, the most without spills (ptxas
-// -v; the masked 16-bit backward still spills 52 bytes at 3): 48-64 KB in flight per SM. At 2 CTAs (97-115 registers) the flat backward read 1.88 TB/s.
+constexpr int kFwdChunkPacks = 8;
+// Resident CTAs per SM the chunk kernels' registers must allow (ptxas -v; the bf16 forward
+// spills 22 bytes at 3, the masked 16-bit backward 52): 96-128 KB in flight per SM. At 2-3
+// CTAs (80-115 registers) the backward read 1.88 TB/s and a forward holding 32 floats a thread
+// 1.81 TB/s (results/h100-cross-entropy.md).
 constexpr int kFwdChunkCtas = 3;
 constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
 
@@ -218,29 +223,32 @@ __device__ __forceinline__ Chunk chunk_of(int64_t block, int64_t chunks, int64_t
   return c;
 }
 
-// The statistics of one chunk of a row into partials[block]: the op's convert() and
-// thread_stats() per step, merged across steps, then across the CTA in a fixed order.
+// The statistics of one chunk of a row into partials[block]: each pack's (the op's convert()
+// and thread_stats()) merged into the thread's as it is converted, then across the CTA in a
+// fixed order.
 template <class T, int N>
-__global__ void __launch_bounds__(kThreads, kFwdChunkCtas) fwd_chunk_kernel(CrossEntropyFwdOp<T> op, int64_t chunks, int64_t width,
-                                                             CeStats* partials) {
-  constexpr int P = kChunkPacks<N>;
+__global__ void __launch_bounds__(kThreads, kFwdChunkCtas) fwd_chunk_kernel(CrossEntropyFwdOp<T> op, int64_t chunks,
+                                                                            int64_t width, CeStats* partials) {
+  constexpr int P = kFwdChunkPacks;
   constexpr int kStep = kThreads * P * N;
   const Chunk c = chunk_of(blockIdx.x, chunks, width, op.cols);
   CeStats acc = CrossEntropyFwdOp<T>::identity();
   for (int64_t base = c.begin; base < c.end; base += kStep) {
     Pack<T, N> raw[P];
-    bool ok[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int64_t col = base + (p * kThreads + threadIdx.x) * N;
-      ok[p] = col < c.end;
-      if (ok[p]) raw[p] = load_raw<T, N>(op.x + c.row * op.cols + col);
+      if (col < c.end) raw[p] = load_raw<T, N>(op.x + c.row * op.cols + col);
     }
-    float v[P][N];
 #pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p]) op.convert(c.row, base + (p * kThreads + threadIdx.x) * N, raw[p], v[p]);
-    acc = ce_merge(acc, op.thread_stats(v, ok));
+    for (int p = 0; p < P; ++p) {
+      const int64_t col = base + (p * kThreads + threadIdx.x) * N;
+      if (col < c.end) {
+        float v[1][N];
+        op.convert(c.row, col, raw[p], v[0]);
+        acc = ce_merge(acc, op.thread_stats(v, {true}));
+      }
+    }
   }
   acc = group_allreduce<32>(acc, CeMerge{});
   __shared__ CeStats warp[kThreads / 32];
