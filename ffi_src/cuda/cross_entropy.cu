@@ -20,9 +20,12 @@ Chunking balanced_chunks(int64_t cols, int64_t chunks, int pack) {
 template <class T, int N>
 ffi::Error launch_fwd_chunks(const CrossEntropyFwdOp<T>& op, int64_t rows, Chunking k, CeStats* partials,
                              cudaStream_t stream) {
-  JN_RETURN_IF_ERROR(launch(ce::fwd_chunk_kernel<T, N>, dim3(static_cast<unsigned>(rows * k.chunks)),
-                            dim3(ce::kThreads), 1, stream, "cross-entropy forward (chunks)", op, k.chunks, k.width,
-                            partials));
+  using ce::Fold;
+  auto kernel = op.mask != nullptr      ? ce::fwd_chunk_kernel<T, N, Fold::kGeneral>
+                : op.o.smoothing != 0.f ? ce::fwd_chunk_kernel<T, N, Fold::kWithSum>
+                                        : ce::fwd_chunk_kernel<T, N, Fold::kPlain>;
+  JN_RETURN_IF_ERROR(launch(kernel, dim3(static_cast<unsigned>(rows * k.chunks)), dim3(ce::kThreads), 1, stream,
+                            "cross-entropy forward (chunks)", op, k.chunks, k.width, partials));
   return launch(ce::fwd_merge_kernel<T>, dim3(static_cast<unsigned>(ceil_div(rows, ce::kMergeRows))),
                 dim3(32 * ce::kMergeRows), 1, stream, "cross-entropy forward (merge)", op, rows, k.chunks,
                 static_cast<const CeStats*>(partials));
