@@ -54,10 +54,14 @@ def rms_norm(x, scale=None, *, axis=-1, epsilon=1e-6, residual=None, residual_dt
 
 def _residual_sum(x, residual, residual_dtype):
     """h = x + residual rounded to its dtype, and h as normalized: as rounded, in the compute dtype
-    of x and h (float64 when the tests evaluate the reference in float64)."""
-    dt = jnp.promote_types(_compute_dtype(x), _compute_dtype(residual))
-    h = (x.astype(dt) + residual.astype(dt)).astype(x.dtype if residual_dtype is None else residual_dtype)
-    return h, h.astype(jnp.promote_types(_compute_dtype(x), _compute_dtype(h)))
+    of x and h (float64 when the tests evaluate the reference in float64). Derivatives pass the
+    rounding as the identity in that compute dtype: the gradient of x + residual is the norm's
+    gradient plus h's cotangent, rounded once to each input's dtype."""
+    h_dtype = x.dtype if residual_dtype is None else residual_dtype
+    dt = jnp.promote_types(jnp.promote_types(_compute_dtype(x), _compute_dtype(residual)), jnp.dtype(h_dtype))
+    exact = x.astype(dt) + residual.astype(dt)
+    hc = exact + jax.lax.stop_gradient(exact.astype(h_dtype).astype(dt) - exact)
+    return hc.astype(h_dtype), hc
 
 
 def softmax(x, axis=-1, where=None):
