@@ -178,8 +178,10 @@ struct StorePlusDh {
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = v[i];
     if (dh != nullptr) {
+      // Through the read-only path: a plain load may not move above the previous pack's dx store
+      // (they could alias), which would leave one pack's load in flight per thread at a time.
       float add[N];
-      load_pack<D, N>(dh + at, add);
+      unpack(load_raw_nc<D, N>(dh + at), add);
 #pragma unroll
       for (int i = 0; i < N; ++i) out[i] += add[i];
     }
