@@ -121,13 +121,7 @@ def main(argv=None):
                     rows.append({"norm": norm, "dtype": args.dtype, "rows": n_rows, "cols": cols,
                                  "direction": direction, "impl": name, "us": t * 1e6, "tb_s": nb / t / 1e12,
                                  "ok": ok})
-            for rec in rows[-2 * len(impls):]:
-                fused = times["fused", rec["direction"]]
-                rec["fused_speedup"] = None if rec["impl"] == "fused" else times[rec["impl"], rec["direction"]] / fused
-                sp = rec["fused_speedup"]
-                print(f"{norm:10s} {n_rows}x{cols:<6d} {rec['direction']:8s} {rec['impl']:8s} {rec['us']:9.1f} us "
-                      f"{rec['tb_s']:6.2f} TB/s" + (f"  fused speedup {sp:5.2f}x" if sp else "")
-                      + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
+            dt.add_speedups(rows[-2 * len(impls):], times, "fused", f"{norm:10s} {n_rows}x{cols:<6d}")
             del inputs
             write(args.out, header, rows)
     bad = [r for r in rows if not r["ok"]]

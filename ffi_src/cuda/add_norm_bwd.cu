@@ -2,7 +2,6 @@
 // reading h (or y) and dy, storing dx + dh (h's cotangent) in one pass.
 #include "common/add_norm_args.h"
 #include "cuda/norm_bwd_run.cuh"
-#include "cuda/norm_ops.cuh"
 
 namespace jaxnorm {
 namespace {
@@ -18,21 +17,12 @@ ffi::Error AddNormBwdCuda(cudaStream_t stream, ffi::AnyBuffer hin, ffi::AnyBuffe
     using T = typename decltype(yt)::type;
     using A = typename decltype(at)::type;
     using H = typename decltype(ht)::type;
-    using Op = AddNormBwdOp<T, A, H>;
-    Op op{static_cast<const A*>(hin.untyped_data()),
-          static_cast<const T*>(dy.untyped_data()),
-          static_cast<const float*>(mean.untyped_data()),
-          static_cast<const float*>(rstd.untyped_data()),
-          has_scale ? static_cast<const float*>(scale.untyped_data()) : nullptr,
-          has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
-          {static_cast<H*>(dx->untyped_data()), has_dh ? static_cast<const H*>(dh.untyped_data()) : nullptr},
-          s.cols,
-          1.0f / static_cast<float>(s.cols),
-          eps,
-          NormFlags{centered, has_scale, has_bias, memory_efficient}};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.xin) && aligned16(op.dy) && aligned16(op.dx.dx) &&
-                     aligned16(op.dx.dh) && aligned16(op.gamma) && aligned16(op.beta);
-    return run_norm_bwd(op, s, vec, dscale, dbias, workspace, stream, "add_norm backward");
+    const StorePlusDh<H> out{static_cast<H*>(dx->untyped_data()),
+                             has_dh ? static_cast<const H*>(dh.untyped_data()) : nullptr};
+    const auto op = norm_bwd_op<T, A>(hin, dy, mean, rstd, scale, bias, out, s, eps,
+                                      NormFlags{centered, has_scale, has_bias, memory_efficient});
+    return run_norm_bwd(op, s, aligned16(out.dx) && aligned16(out.dh), dscale, dbias, workspace, stream,
+                        "add_norm backward");
   });
 }
 

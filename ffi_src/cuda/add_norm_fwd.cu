@@ -1,8 +1,7 @@
 // Residual-add + LayerNorm / RMSNorm forward CUDA handler: the norm forward's row kernels with
 // AddNormFwdOp's hooks (one read of x and r, one write of y and h).
 #include "common/add_norm_args.h"
-#include "cuda/norm_ops.cuh"
-#include "cuda/row_runners.cuh"
+#include "cuda/norm_fwd_run.cuh"
 
 namespace jaxnorm {
 namespace {
@@ -18,25 +17,10 @@ ffi::Error AddNormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
     using T = typename decltype(xt)::type;
     using R = typename decltype(rt)::type;
     using H = typename decltype(ht)::type;
-    using Op = AddNormFwdOp<T, R, H>;
-    Op op{{static_cast<const T*>(x.untyped_data()),
-           static_cast<T*>(y->untyped_data()),
-           static_cast<float*>(mean->untyped_data()),
-           static_cast<float*>(rstd->untyped_data()),
-           has_scale ? static_cast<const float*>(scale.untyped_data()) : nullptr,
-           has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
-           s.cols,
-           eps,
-           centered,
-           has_scale,
-           has_bias},
-          static_cast<const R*>(residual.untyped_data()),
-          static_cast<H*>(h->untyped_data())};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.gamma) &&
-                     aligned16(op.beta) && aligned16(op.residual) && aligned16(op.h);
-    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
-    FwdRunner<Op> runner{op, s.rows, s.cols, stream, "add_norm forward"};
-    return run_choice<Op>(c, runner);
+    const AddNormFwdOp<T, R, H> op{
+        norm_fwd_op<T>(x, y, mean, rstd, scale, bias, s, eps, centered, has_scale, has_bias),
+        static_cast<const R*>(residual.untyped_data()), static_cast<H*>(h->untyped_data())};
+    return run_norm_fwd(op, s, aligned16(op.residual) && aligned16(op.h), stream, "add_norm forward");
   });
 }
 

@@ -1,7 +1,6 @@
 // LayerNorm / RMSNorm backward CUDA handler, and the deterministic reduction of the scale/bias
 // gradient partials.
 #include "common/signatures.h"
-#include "cuda/norm_ops.cuh"
 #include "cuda/norm_bwd_run.cuh"
 
 namespace jaxnorm {
@@ -53,21 +52,9 @@ ffi::Error NormBwdCuda(cudaStream_t stream, ffi::AnyBuffer xin, ffi::AnyBuffer d
   JN_RETURN_IF_ERROR(check_same_rows(dy, xin, s, "dy"));
   return dispatch_float<CudaTypes>(xin.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using Op = NormBwdOp<T>;
-    Op op{static_cast<const T*>(xin.untyped_data()),
-          static_cast<const T*>(dy.untyped_data()),
-          static_cast<const float*>(mean.untyped_data()),
-          static_cast<const float*>(rstd.untyped_data()),
-          has_scale ? static_cast<const float*>(scale.untyped_data()) : nullptr,
-          has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
-          {static_cast<T*>(dx->untyped_data())},
-          s.cols,
-          1.0f / static_cast<float>(s.cols),
-          eps,
-          NormFlags{centered, has_scale, has_bias, memory_efficient}};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.xin) && aligned16(op.dy) && aligned16(op.dx.dx) &&
-                     aligned16(op.gamma) && aligned16(op.beta);
-    return run_norm_bwd(op, s, vec, dscale, dbias, workspace, stream, "norm backward");
+    const auto op = norm_bwd_op<T, T>(xin, dy, mean, rstd, scale, bias, StoreDx<T>{static_cast<T*>(dx->untyped_data())},
+                                      s, eps, NormFlags{centered, has_scale, has_bias, memory_efficient});
+    return run_norm_bwd(op, s, aligned16(op.dx.dx), dscale, dbias, workspace, stream, "norm backward");
   });
 }
 

@@ -4,12 +4,32 @@
 #pragma once
 
 #include "common/signatures.h"
+#include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
 
 namespace jaxnorm {
 
+// T: dy's type, A: the row read's (xin), Dx: where dx goes (norm_ops.cuh).
+template <class T, class A, class Dx>
+NormBwdOp<T, A, Dx> norm_bwd_op(const ffi::AnyBuffer& xin, const ffi::AnyBuffer& dy, const ffi::AnyBuffer& mean,
+                                const ffi::AnyBuffer& rstd, const ffi::AnyBuffer& scale, const ffi::AnyBuffer& bias,
+                                Dx dx, Rows s, float eps, NormFlags f) {
+  return {static_cast<const A*>(xin.untyped_data()),
+          static_cast<const T*>(dy.untyped_data()),
+          static_cast<const float*>(mean.untyped_data()),
+          static_cast<const float*>(rstd.untyped_data()),
+          f.has_scale ? static_cast<const float*>(scale.untyped_data()) : nullptr,
+          f.has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
+          dx,
+          s.cols,
+          1.0f / static_cast<float>(s.cols),
+          eps,
+          f};
+}
+
+// `aligned`: whether the op's other rows (dx's, dh) are 16-byte aligned.
 template <class Op>
-ffi::Error run_norm_bwd(const Op& op, Rows s, bool vec, ffi::Result<ffi::AnyBuffer>& dscale,
+ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::AnyBuffer>& dscale,
                         ffi::Result<ffi::AnyBuffer>& dbias, ffi::Result<ffi::AnyBuffer>& workspace,
                         cudaStream_t stream, const char* what) {
   const auto gd = dscale->dimensions();
@@ -26,6 +46,8 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool vec, ffi::Result<ffi::AnyBuff
     cudaMemsetAsync(dbias->untyped_data(), 0, bytes, stream);
     return last_launch_error(what);
   }
+  const bool vec = aligned && s.cols % kVecOf<typename Op::Type> == 0 && aligned16(op.xin) && aligned16(op.dy) &&
+                   aligned16(op.gamma) && aligned16(op.beta);
   const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
   BwdRunner<Op> runner{op,
                        s.rows / groups,

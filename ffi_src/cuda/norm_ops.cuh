@@ -276,8 +276,4 @@ struct NormBwdOp {
   }
 };
 
-// The residual-add backward: reads h (or y), dy and h's cotangent dh; writes dx + dh in h's dtype.
-template <class T, class A, class H>
-using AddNormBwdOp = NormBwdOp<T, A, StorePlusDh<H>>;
-
 }  // namespace jaxnorm
