@@ -124,9 +124,7 @@ def main(argv=None):
             dt.add_speedups(rows[-2 * len(impls):], times, "fused", f"{norm:10s} {n_rows}x{cols:<6d}")
             del inputs
             write(args.out, header, rows)
-    bad = [r for r in rows if not r["ok"]]
-    print(f"{len(rows) - len(bad)}/{len(rows)} checks passed")
-    return 1 if bad else 0
+    return dt.checks_passed(rows)
 
 
 if __name__ == "__main__":

@@ -125,3 +125,10 @@ def add_speedups(records: list[dict], times: dict, base: str, prefix: str) -> No
         rec[f"{base}_speedup"] = sp
         print(f"{prefix} {rec['direction']:8s} {rec['impl']:8s} {rec['us']:9.1f} us {rec['tb_s']:6.2f} TB/s"
               + (f"  {base} speedup {sp:5.2f}x" if sp else "") + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
+
+
+def checks_passed(records: list[dict]) -> int:
+    """Prints how many records' correctness checks passed; the exit status (1 if any failed)."""
+    bad = [r for r in records if not r["ok"]]
+    print(f"{len(records) - len(bad)}/{len(records)} checks passed")
+    return 1 if bad else 0
