@@ -113,3 +113,22 @@ def run_header(method: str, ceiling: float) -> dict:
     """The fields every benchmark's JSON starts with."""
     return dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__, method=method,
                 copy_tb_s=ceiling / 1e12)
+
+
+def add_speedups(records: list[dict], times: dict, base: str, prefix: str) -> None:
+    """Sets each record's `<base>_speedup` (its implementation's time over `base`'s, same
+    direction; None for `base` itself; `times` keyed by (impl, direction)) and prints a line per
+    record after `prefix`."""
+    for rec in records:
+        mine = times[base, rec["direction"]]
+        sp = None if rec["impl"] == base else times[rec["impl"], rec["direction"]] / mine
+        rec[f"{base}_speedup"] = sp
+        print(f"{prefix} {rec['direction']:8s} {rec['impl']:8s} {rec['us']:9.1f} us {rec['tb_s']:6.2f} TB/s"
+              + (f"  {base} speedup {sp:5.2f}x" if sp else "") + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
+
+
+def checks_passed(records: list[dict]) -> int:
+    """Prints how many records' correctness checks passed; the exit status (1 if any failed)."""
+    bad = [r for r in records if not r["ok"]]
+    print(f"{len(records) - len(bad)}/{len(records)} checks passed")
+    return 1 if bad else 0

@@ -48,6 +48,37 @@ def check_param(p, fn: str, name: str, norm_shape: tuple[int, ...]):
     return p.reshape(-1).astype(jnp.float32)
 
 
+def check_residual(residual, residual_dtype, x, fn: str):
+    """The residual of a residual-add norm: x's shape, x's dtype or `residual_dtype`'s; the sum
+    h = x + residual is kept in `residual_dtype`: x's dtype (the default) or float32. Returns
+    (residual, h's dtype), (None, None) without a residual."""
+    if residual is None:
+        if residual_dtype is not None:
+            raise ValueError(f"{fn}: `residual_dtype` ({residual_dtype!r}) is given without a `residual`")
+        return None, None
+    residual = as_array(residual, fn, "residual")
+    check_input_dtype(residual, fn, "residual")
+    if tuple(residual.shape) != tuple(x.shape):
+        raise ValueError(f"{fn}: `residual` must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    x_dtype = np.dtype(x.dtype)
+    if residual_dtype is None:
+        h_dtype = x_dtype
+    else:
+        try:
+            h_dtype = np.dtype(residual_dtype)
+        except TypeError as e:
+            raise TypeError(f"{fn}: `residual_dtype` must be a dtype, got {residual_dtype!r}") from e
+        if h_dtype not in (x_dtype, np.dtype(np.float32)):
+            raise TypeError(f"{fn}: `residual_dtype` must be x's dtype ({x_dtype}) or float32, got {h_dtype}")
+    r_dtype = np.dtype(residual.dtype)
+    if r_dtype not in (x_dtype, h_dtype):
+        raise TypeError(
+            f"{fn}: `residual` must have x's dtype ({x_dtype}) or residual_dtype ({h_dtype}), got {r_dtype} "
+            f"with shape {tuple(residual.shape)}"
+        )
+    return residual, h_dtype
+
+
 def canonical_axes(ndim: int, axis, fn: str, name: str = "axis") -> tuple[int, ...]:
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     if not axes:

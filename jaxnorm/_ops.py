@@ -46,6 +46,30 @@ NORM_BWD = FfiOp(
     workspace=_norm_bwd_workspace,
     row_sharded=True,
 )
+# Residual-add + norm: h = x + residual (float32 sum, stored in `residual_dtype`, x's or float32)
+# is normalized and returned beside y. The backward reads h (or y when memory_efficient), dy and,
+# where `has_dh`, h's cotangent dh, and writes dx + dh once, in h's dtype: the gradient of both x
+# and residual. `residual_dtype` is a parameter, not an attribute: the handlers read it from the
+# buffers' element types.
+def _residual_dtype(avals, params):
+    return params["residual_dtype"]
+
+
+ADD_NORM_FWD = FfiOp(
+    name="jaxnorm_add_norm_fwd",
+    operands=("R,C", "R,C", "C?", "C?"),  # x, residual, scale, bias
+    results=(("R,C", "x"), ("R,C", _residual_dtype), ("R", F32), ("R", F32)),  # y, h, mean, rstd
+    attrs=NORM_FWD.attrs,
+    row_sharded=True,
+)
+ADD_NORM_BWD = FfiOp(
+    name="jaxnorm_add_norm_bwd",
+    operands=("R,C", "R,C", "R,C?", "R", "R", "C?", "C?"),  # h (or y), dy, dh, mean, rstd, scale, bias
+    results=(("R,C", _residual_dtype), ("G,C", F32), ("G,C", F32)),
+    attrs=NORM_BWD.attrs + ("has_dh",),
+    workspace=_norm_bwd_workspace,
+    row_sharded=True,
+)
 SOFTMAX_FWD = FfiOp(
     name="jaxnorm_softmax_fwd",
     operands=("R,C", "R,C?"),
@@ -245,6 +269,8 @@ LINEAR_ATTENTION, LINEAR_ATTENTION_RANK1 = _linear_attention(False), _linear_att
 
 norm_fwd_p = make_primitive(NORM_FWD)
 norm_bwd_p = make_primitive(NORM_BWD)
+add_norm_fwd_p = make_primitive(ADD_NORM_FWD)
+add_norm_bwd_p = make_primitive(ADD_NORM_BWD)
 softmax_fwd_p = make_primitive(SOFTMAX_FWD)
 softmax_bwd_p = make_primitive(SOFTMAX_BWD)
 cross_entropy_fwd_p = make_primitive(CROSS_ENTROPY_FWD)

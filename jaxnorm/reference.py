@@ -19,27 +19,49 @@ def _compute_dtype(x):
     return jnp.promote_types(x.dtype, jnp.float32)
 
 
-def layer_norm(x, scale=None, bias=None, *, axis=-1, epsilon=1e-6):
+def layer_norm(x, scale=None, bias=None, *, axis=-1, epsilon=1e-6, residual=None, residual_dtype=None,
+               scale_offset=0.0):
+    """With a residual: (y, h), h = (x + residual) rounded to residual_dtype (x's by default),
+    y the norm of h as rounded, in x's dtype. scale_offset is added to scale in the compute dtype."""
+    if residual is not None:
+        h, hc = _residual_sum(x, residual, residual_dtype)
+        return layer_norm(hc, scale, bias, axis=axis, epsilon=epsilon, scale_offset=scale_offset).astype(x.dtype), h
     dt = _compute_dtype(x)
     xf = x.astype(dt)
     mean = jnp.mean(xf, axis=axis, keepdims=True)
     var = jnp.mean(jnp.square(xf - mean), axis=axis, keepdims=True)
     y = (xf - mean) * jax.lax.rsqrt(var + epsilon)
     if scale is not None:
-        y = y * scale.astype(dt)
+        y = y * (scale_offset + scale.astype(dt))
     if bias is not None:
         y = y + bias.astype(dt)
     return y.astype(x.dtype)
 
 
-def rms_norm(x, scale=None, *, axis=-1, epsilon=1e-6):
+def rms_norm(x, scale=None, *, axis=-1, epsilon=1e-6, residual=None, residual_dtype=None, scale_offset=0.0):
+    """Residual and scale_offset as for layer_norm."""
+    if residual is not None:
+        h, hc = _residual_sum(x, residual, residual_dtype)
+        return rms_norm(hc, scale, axis=axis, epsilon=epsilon, scale_offset=scale_offset).astype(x.dtype), h
     dt = _compute_dtype(x)
     xf = x.astype(dt)
     ms = jnp.mean(jnp.square(xf), axis=axis, keepdims=True)
     y = xf * jax.lax.rsqrt(ms + epsilon)
     if scale is not None:
-        y = y * scale.astype(dt)
+        y = y * (scale_offset + scale.astype(dt))
     return y.astype(x.dtype)
+
+
+def _residual_sum(x, residual, residual_dtype):
+    """h = x + residual rounded to its dtype, and h as normalized: as rounded, in the compute dtype
+    of x and h (float64 when the tests evaluate the reference in float64). Derivatives pass the
+    rounding as the identity in that compute dtype: the gradient of x + residual is the norm's
+    gradient plus h's cotangent, rounded once to each input's dtype."""
+    h_dtype = x.dtype if residual_dtype is None else residual_dtype
+    dt = jnp.promote_types(jnp.promote_types(_compute_dtype(x), _compute_dtype(residual)), jnp.dtype(h_dtype))
+    exact = x.astype(dt) + residual.astype(dt)
+    hc = exact + jax.lax.stop_gradient(exact.astype(h_dtype).astype(dt) - exact)
+    return hc.astype(h_dtype), hc
 
 
 def softmax(x, axis=-1, where=None):

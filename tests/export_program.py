@@ -55,6 +55,17 @@ def _norms(a):
             "per_example_dscale": per_example, "rms_norm_dx": rms}
 
 
+def _add_norm(a):
+    x, s, b = a["x"], a["scale"], a["bias"]
+
+    def loss(x, r, s, b):
+        y, h = jaxnorm.layer_norm(x, s, b, residual=r, scale_offset=1.0)
+        return jnp.sum(jnp.sin(y)) + jnp.sum(h * h)  # both outputs' cotangents reach the backward
+
+    dx, dr, ds, db = jax.grad(loss, (0, 1, 2, 3))(x, jnp.cos(x), s, b)
+    return {"add_norm_dx": dx, "add_norm_dr": dr, "add_norm_dscale": ds, "add_norm_dbias": db}
+
+
 def _softmax(a):
     x, mask = a["logits"], a["logits"] > -1.0
     dx = jax.grad(lambda x: jnp.sum(jnp.cos(jaxnorm.softmax(x, where=mask))))(x)
@@ -118,5 +129,5 @@ def _linear_attention(a):
 
 
 def program(a: dict) -> dict:
-    return {**_norms(a), **_softmax(a), **_cross_entropy(a), **_sampling(a), **_padding(a), **_decode(a), **_embedding(a),
+    return {**_norms(a), **_add_norm(a), **_softmax(a), **_cross_entropy(a), **_sampling(a), **_padding(a), **_decode(a), **_embedding(a),
             **_linear_attention(a)}

@@ -9,6 +9,14 @@
 //                scale (C | 0) f32, bias (C | 0) f32
 //                -> dx (R, C), dscale (G, C) f32, dbias (G, C) f32, workspace (G, P, 2, C) f32
 //                   G = independent row groups (vmap folds its axis into rows and groups)
+//   add_norm_fwd: x (R, C), residual (R, C) [x's dtype or h's], scale (C | 0) f32, bias (C | 0) f32
+//                -> y (R, C) [x's dtype], h = x + residual (R, C) [x's dtype or f32], mean (R) f32,
+//                   rstd (R) f32; attributes as norm_fwd
+//   add_norm_bwd: hin (R, C) [h, or y when memory_efficient], dy (R, C) [y's dtype],
+//                dh (R, C | 0) [h's dtype; absent unless has_dh], mean (R), rstd (R),
+//                scale (C | 0) f32, bias (C | 0) f32
+//                -> dx (R, C) [h's dtype] = norm_bwd's dx + dh, dscale (G, C) f32, dbias (G, C) f32,
+//                   workspace (G, P, 2, C) f32; attributes as norm_bwd, and has_dh
 //   softmax_fwd: x (R, C), mask (R, C | 0) pred -> y (R, C)
 //   softmax_bwd: y (R, C), dy (R, C), mask (R, C | 0) pred -> dx (R, C)
 //   sample:      logits (R, V), keys (G, W) u32, temperature (P) f32, top_k (P) s32, top_p (P) f32,
@@ -80,6 +88,43 @@ auto norm_bwd_signature(B b) {
       .template Attr<bool>("has_scale")
       .template Attr<bool>("has_bias")
       .template Attr<bool>("memory_efficient");
+}
+
+template <class B>
+auto add_norm_fwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<float>("epsilon")
+      .template Attr<bool>("centered")
+      .template Attr<bool>("has_scale")
+      .template Attr<bool>("has_bias");
+}
+
+template <class B>
+auto add_norm_bwd_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<float>("epsilon")
+      .template Attr<bool>("centered")
+      .template Attr<bool>("has_scale")
+      .template Attr<bool>("has_bias")
+      .template Attr<bool>("memory_efficient")
+      .template Attr<bool>("has_dh");
 }
 
 template <class B>

@@ -6,6 +6,8 @@
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormAddNormFwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormAddNormBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCpu);
@@ -31,6 +33,8 @@ NB_MODULE(_jaxnorm_cpu, m) {
     nanobind::dict d;
     JN_REGISTER(d, "jaxnorm_norm_fwd", JaxnormNormFwdCpu);
     JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCpu);
+    JN_REGISTER(d, "jaxnorm_add_norm_fwd", JaxnormAddNormFwdCpu);
+    JN_REGISTER(d, "jaxnorm_add_norm_bwd", JaxnormAddNormBwdCpu);
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCpu);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCpu);
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCpu);

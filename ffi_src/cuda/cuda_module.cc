@@ -8,6 +8,8 @@
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormNormBwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormAddNormFwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormAddNormBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCuda);
@@ -33,6 +35,8 @@ NB_MODULE(_jaxnorm_cuda, m) {
     nanobind::dict d;
     JN_REGISTER(d, "jaxnorm_norm_fwd", JaxnormNormFwdCuda);
     JN_REGISTER(d, "jaxnorm_norm_bwd", JaxnormNormBwdCuda);
+    JN_REGISTER(d, "jaxnorm_add_norm_fwd", JaxnormAddNormFwdCuda);
+    JN_REGISTER(d, "jaxnorm_add_norm_bwd", JaxnormAddNormBwdCuda);
     JN_REGISTER(d, "jaxnorm_softmax_fwd", JaxnormSoftmaxFwdCuda);
     JN_REGISTER(d, "jaxnorm_softmax_bwd", JaxnormSoftmaxBwdCuda);
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCuda);

@@ -90,6 +90,23 @@ __device__ __forceinline__ Pack<T, N> load_raw(const T* p) {
   return *reinterpret_cast<const Pack<T, N>*>(p);
 }
 
+// load_raw() through the read-only (non-coherent) data path, for data no thread of the kernel
+// writes: the compiler may then issue it before earlier stores.
+template <class T, int N>
+__device__ __forceinline__ Pack<T, N> load_raw_nc(const T* p) {
+  Pack<T, N> pk;
+  if constexpr (sizeof(Pack<T, N>) % 16 == 0) {
+    const uint4* src = reinterpret_cast<const uint4*>(p);
+    uint4* dst = reinterpret_cast<uint4*>(&pk);
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(Pack<T, N>) / 16); ++i) dst[i] = __ldg(src + i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) pk.v[i] = __ldg(p + i);
+  }
+  return pk;
+}
+
 // The same as floats.
 template <class T, int N>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {

@@ -1,8 +1,7 @@
 // LayerNorm / RMSNorm backward CUDA handler, and the deterministic reduction of the scale/bias
 // gradient partials.
 #include "common/signatures.h"
-#include "cuda/norm_ops.cuh"
-#include "cuda/row_runners.cuh"
+#include "cuda/norm_bwd_run.cuh"
 
 namespace jaxnorm {
 
@@ -51,48 +50,11 @@ ffi::Error NormBwdCuda(cudaStream_t stream, ffi::AnyBuffer xin, ffi::AnyBuffer d
   Rows s;
   JN_RETURN_IF_ERROR(check_norm_operands(xin, scale, bias, has_scale, has_bias, &s));
   JN_RETURN_IF_ERROR(check_same_rows(dy, xin, s, "dy"));
-  const auto gd = dscale->dimensions();
-  const auto wd = workspace->dimensions();
-  if (gd.size() != 2 || wd.size() != 4 || gd[0] <= 0 || wd[0] != gd[0] || wd[2] != 2 || wd[3] != s.cols ||
-      s.rows % gd[0] != 0) {
-    return ffi::Error::InvalidArgument("jaxnorm: norm backward got inconsistent group/workspace shapes");
-  }
-  const int64_t groups = gd[0];
-  if (groups > 65535) return ffi::Error::InvalidArgument("jaxnorm: norm backward supports at most 65535 vmapped groups");
-  if (s.rows == 0) {
-    const size_t bytes = static_cast<size_t>(groups * s.cols) * sizeof(float);
-    cudaMemsetAsync(dscale->untyped_data(), 0, bytes, stream);
-    cudaMemsetAsync(dbias->untyped_data(), 0, bytes, stream);
-    return last_launch_error("norm backward (empty)");
-  }
   return dispatch_float<CudaTypes>(xin.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using Op = NormBwdOp<T>;
-    Op op{static_cast<const T*>(xin.untyped_data()),
-          static_cast<const T*>(dy.untyped_data()),
-          static_cast<const float*>(mean.untyped_data()),
-          static_cast<const float*>(rstd.untyped_data()),
-          has_scale ? static_cast<const float*>(scale.untyped_data()) : nullptr,
-          has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
-          static_cast<T*>(dx->untyped_data()),
-          s.cols,
-          1.0f / static_cast<float>(s.cols),
-          eps,
-          NormFlags{centered, has_scale, has_bias, memory_efficient}};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.xin) && aligned16(op.dy) && aligned16(op.dx) &&
-                     aligned16(op.gamma) && aligned16(op.beta);
-    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
-    BwdRunner<Op> runner{op,
-                         s.rows / groups,
-                         groups,
-                         s.cols,
-                         static_cast<float*>(workspace->untyped_data()),
-                         wd[1],
-                         static_cast<float*>(dscale->untyped_data()),
-                         static_cast<float*>(dbias->untyped_data()),
-                         stream,
-                         "norm backward"};
-    return run_choice<Op>(c, runner);
+    const auto op = norm_bwd_op<T, T>(xin, dy, mean, rstd, scale, bias, StoreDx<T>{static_cast<T*>(dx->untyped_data())},
+                                      s, eps, NormFlags{centered, has_scale, has_bias, memory_efficient});
+    return run_norm_bwd(op, s, aligned16(op.dx.dx), dscale, dbias, workspace, stream, "norm backward");
   });
 }
 

@@ -1,7 +1,6 @@
 // LayerNorm / RMSNorm forward CUDA handler.
 #include "common/signatures.h"
-#include "cuda/norm_ops.cuh"
-#include "cuda/row_runners.cuh"
+#include "cuda/norm_fwd_run.cuh"
 
 namespace jaxnorm {
 namespace {
@@ -14,23 +13,8 @@ ffi::Error NormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sca
   if (s.rows == 0 || s.cols == 0) return ffi::Error::Success();
   return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using Op = NormFwdOp<T>;
-    Op op{static_cast<const T*>(x.untyped_data()),
-          static_cast<T*>(y->untyped_data()),
-          static_cast<float*>(mean->untyped_data()),
-          static_cast<float*>(rstd->untyped_data()),
-          has_scale ? static_cast<const float*>(scale.untyped_data()) : nullptr,
-          has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
-          s.cols,
-          eps,
-          centered,
-          has_scale,
-          has_bias};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.gamma) &&
-                     aligned16(op.beta);
-    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
-    FwdRunner<Op> runner{op, s.rows, s.cols, stream, "norm forward"};
-    return run_choice<Op>(c, runner);
+    const NormFwdOp<T> op = norm_fwd_op<T>(x, y, mean, rstd, scale, bias, s, eps, centered, has_scale, has_bias);
+    return run_norm_fwd(op, s, true, stream, "norm forward");
   });
 }
 

@@ -1,5 +1,8 @@
 // LayerNorm / RMSNorm as ops of the shared row kernels (row_tiles.cuh). RMSNorm is the same
-// Welford statistics with the mean pinned at zero, so both share every kernel.
+// Welford statistics with the mean pinned at zero, so both share every kernel. The residual-add
+// variants (add_norm_*.cu) are these ops with other load/store hooks: the forward normalizes
+// h = x + r as it loads x and r, and writes h beside y; the backward reads h's cotangent as it
+// stores dx.
 #pragma once
 
 #include "common/norm_math.h"
@@ -117,19 +120,90 @@ struct NormFwdOp {
   }
 };
 
-template <class T>
+// The residual-add forward: the row normalized is h = x + r, summed in float32 and rounded to
+// h's dtype H (what `x + r` gives in jnp), then written by store() beside y. The stores come
+// after all of a thread's loads: a store of h between the loads of two packs would serialize
+// them (the compiler cannot move a load of x or r across a store that may alias it).
+template <class T, class R, class H>
+struct AddNormFwdOp : NormFwdOp<T> {
+  using Base = NormFwdOp<T>;
+  static constexpr bool kCanHoldRaw = false;  // the row held is h, not x as loaded
+
+  const R* residual;
+  H* h;
+
+  __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
+    Base::prefetch(row0, nrows, part, parts);
+    prefetch_l2_rows(residual, row0, nrows, this->cols, part, parts);
+  }
+
+  template <int N>
+  __device__ void convert(int64_t row, int64_t col, const Pack<T, N>& raw, float (&v)[N]) const {
+    float r[N];
+    load_pack<R, N>(residual + row * this->cols + col, r);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = to_float(from_float<H>(to_float(raw.v[i]) + r[i]));
+  }
+
+  // The loop kernel converts a row twice and stores it once: h is written once either way.
+  template <int N>
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], typename Base::Row rs) const {
+    store_pack<H, N>(h + row * this->cols + col, v);  // v holds h's values: stored exactly
+    Base::store(row, col, v, rs);
+  }
+};
+
+// Where the backward's dx goes. The norms store it as computed; the residual-add norm adds the
+// cotangent of its second output h first, so the gradient of x + r is written once.
+template <class D>
+struct StoreDx {
+  D* dx;
+  __device__ void prefetch(int64_t, int64_t, int64_t, int, int) const {}
+  template <int N>
+  __device__ void store(int64_t at, const float (&v)[N]) const {
+    store_pack<D, N>(dx + at, v);
+  }
+};
+
+template <class D>
+struct StorePlusDh {
+  D* dx;
+  const D* dh;  // null where h's cotangent is a symbolic zero: nothing to read
+  __device__ void prefetch(int64_t row0, int64_t nrows, int64_t cols, int part, int parts) const {
+    prefetch_l2_rows(dh, row0, nrows, cols, part, parts);
+  }
+  template <int N>
+  __device__ void store(int64_t at, const float (&v)[N]) const {
+    float out[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = v[i];
+    if (dh != nullptr) {
+      // Through the read-only path: a plain load may not move above the previous pack's dx store
+      // (they could alias), which would leave one pack's load in flight per thread at a time.
+      float add[N];
+      unpack(load_raw_nc<D, N>(dh + at), add);
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] += add[i];
+    }
+    store_pack<D, N>(dx + at, out);
+  }
+};
+
+// T: dy's dtype (y's, x's). A: the dtype of the row the backward reads (x, the residual sum h,
+// or y in memory-efficient mode). Dx: the store policy above.
+template <class T, class A = T, class Dx = StoreDx<T>>
 struct NormBwdOp {
   using Type = T;
   static constexpr bool kColumnSums = true;
   static constexpr TileBudget kBudget = norm_backward_budget(sizeof(T));
 
-  const T* xin;  // x, or y in memory-efficient mode
+  const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
   const float* mean;
   const float* rstd;
   const float* gamma;
   const float* beta;
-  T* dx;
+  Dx dx;
   int64_t cols;
   float inv_cols;
   float eps;
@@ -146,6 +220,7 @@ struct NormBwdOp {
   __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
     prefetch_l2_rows(xin, row0, nrows, cols, part, parts);
     prefetch_l2_rows(dy, row0, nrows, cols, part, parts);
+    dx.prefetch(row0, nrows, cols, part, parts);
   }
 
   __device__ RowIn row_in(int64_t row, bool ok) const {
@@ -155,7 +230,7 @@ struct NormBwdOp {
 
   template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
-    load_pack<T, N>(xin + row * cols + col, a);
+    load_pack<A, N>(xin + row * cols + col, a);
     load_pack<T, N>(dy + row * cols + col, d);
   }
 
@@ -188,7 +263,7 @@ struct NormBwdOp {
       dg[i] += d[i] * xhat[i];
       db[i] += d[i];
     }
-    store_pack<T, N>(dx + row * cols + col, out);
+    dx.store(row * cols + col, out);
   }
 
   // One element's contribution to the scale and bias gradients (fallback column kernel).
