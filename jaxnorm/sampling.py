@@ -226,7 +226,7 @@ def _per_row(value, batch, fn, name, default, dtype, check):
     value = _checks.as_array(value, fn, name)
     want = jnp.integer if dtype == jnp.int32 else jnp.floating
     if not jnp.issubdtype(value.dtype, want) and not (want is jnp.floating and jnp.issubdtype(value.dtype, jnp.integer)):
-        raise TypeError(f"{fn}: `{name}` must be a {'n integer' if want is jnp.integer else ' float'} array, got {value.dtype}")
+        raise TypeError(f"{fn}: `{name}` must be {'an integer' if want is jnp.integer else 'a float'} array, got {value.dtype}")
     return _grouped(value.astype(dtype), batch, fn, name)
 
 
