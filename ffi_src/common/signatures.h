@@ -106,25 +106,34 @@ auto softmax_bwd_signature(B b) {
       .template Attr<bool>("has_mask");
 }
 
+// The operands the first sampling targets take (logits, keys, temperature, top_k, top_p,
+// log_min_p; filter: logits, top_k, top_p, log_min_p); the v2 targets append theirs after them.
 template <class B>
-auto sample_signature(B b) {
+auto sample_operands(B&& b) {  // by reference: a Binding cannot be moved into a parameter
   return std::move(b).template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>();
+      .template Arg<ffi::AnyBuffer>();
 }
 
 template <class B>
-auto sample_v2_signature(B b) {
+auto filter_operands(B&& b) {
   return std::move(b).template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto sample_signature(B b) {
+  return sample_operands(std::move(b)).template Ret<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto sample_v2_signature(B b) {  // + bias, finished, end_id
+  return sample_operands(std::move(b))
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
@@ -133,21 +142,12 @@ auto sample_v2_signature(B b) {
 
 template <class B>
 auto filter_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>();
+  return filter_operands(std::move(b)).template Ret<ffi::AnyBuffer>();
 }
 
 template <class B>
-auto filter_v2_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>();
+auto filter_v2_signature(B b) {  // + bias
+  return filter_operands(std::move(b)).template Arg<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>();
 }
 
 template <class B>
