@@ -7,6 +7,11 @@ Logits ~ N(0, 3^2); every config rotates distinct inputs larger than L2 together
 device time per call, the one-read floor (logits bytes / the copy ceiling measured the same way:
 `x + 1` over 256 MiB, bytes read + written) and the ratios. Writes DIR/sampling.json and
 DIR/sampling.md.
+
+The logits update (at 64 x 128256, float32 and bfloat16 logits, a float32 bias): the sampler
+with bias + finished + end_id against the same sampler without, same inputs, same run. With no
+row finished the ratio is the fusion's cost (the target: ~1.00); with half the rows finished it
+shows what skipping their logits saves.
 """
 
 from __future__ import annotations
@@ -86,10 +91,46 @@ def check(name, x, got):
     return bool(np.all(tok >= 0) and np.all(keep[np.arange(x.shape[0]), tok]))
 
 
-def write(out_dir, rows, ceiling):
+UPDATE_B, UPDATE_V, END_ID = 64, 128256, 2
+UPDATE_FILTERS = {"top_k=50,top_p=0.9": dict(top_k=K, top_p=P), "no filter": {}}
+
+
+def logits_update_rows():
+    """The fused logits update against the plain sampler (see the module docstring)."""
+    rows = []
+    for dtype in ("float32", "bfloat16"):
+        nbytes = UPDATE_B * UPDATE_V * jnp.dtype(dtype).itemsize
+        n_in = dt.inputs_for(nbytes)
+        keys = jax.random.split(jax.random.key(3), n_in)
+        bias = jax.random.normal(jax.random.key(4), (UPDATE_V,), jnp.float32)
+        xs = [(keys[i], (3.0 * jax.random.normal(keys[i], (UPDATE_B, UPDATE_V), jnp.float32)).astype(dtype))
+              for i in range(n_in)]
+        for fin_name, fin in (("none finished", jnp.zeros(UPDATE_B, bool)),
+                              ("half finished", jnp.arange(UPDATE_B) % 2 == 1)):
+            for name, kw in UPDATE_FILTERS.items():
+                plain = jax.jit(lambda k, x, kw=kw: jaxnorm.sample(k, x, **kw))
+                upd = jax.jit(lambda k, x, b, f, kw=kw: jaxnorm.sample(k, x, bias=b, finished=f, end_id=END_ID, **kw))
+                args = [(k, x, bias, fin) for k, x in xs]
+                r_plain = dt.device_time(plain, xs, reps=3)
+                r_upd = dt.device_time(upd, args, reps=3)
+                tok = np.asarray(upd(*args[0]))
+                keep = np.asarray(reference.sampling_mask(xs[0][1], bias=bias, **kw))
+                f_np = np.asarray(fin)
+                ok = bool(np.all(tok[f_np] == END_ID) and np.all(keep[np.arange(UPDATE_B), tok][~f_np]))
+                rec = {"dtype": dtype, "batch": UPDATE_B, "vocab": UPDATE_V, "method": name, "finished": fin_name,
+                       "plain_us": r_plain["median"] * 1e6, "update_us": r_upd["median"] * 1e6,
+                       "update_kernels": r_upd["kernels"], "ok": ok}
+                rows.append(rec)
+                print(f"{dtype:8s} B={UPDATE_B} V={UPDATE_V} {name:20s} bias+finished ({fin_name}) "
+                      f"{rec['update_us']:8.1f} us vs plain {rec['plain_us']:8.1f} us: "
+                      f"{rec['update_us'] / rec['plain_us']:.3f}x" + ("" if ok else "  CHECK FAILED"), flush=True)
+    return rows
+
+
+def write(out_dir, rows, ceiling, update_rows=()):
     out = {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__, "copy_tb_s": ceiling / 1e12,
            "method": "device time: JAX profiler kernel events, median over calls, inputs rotated past L2",
-           "rows": rows}
+           "rows": rows, "logits_update": list(update_rows)}
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "sampling.json"), "w") as fh:
         json.dump(out, fh, indent=1)
@@ -101,6 +142,14 @@ def write(out_dir, rows, ceiling):
             jtxt, sp = ("", "") if jr is None else (f"{jr:.1f}", f"{jr / us:.1f}×")
             fh.write(f"| {r['dtype']} | {r['batch']} | {r['vocab']} | {r['method']} | {us:.1f} | "
                      f"{us / r['floor_us']:.2f} | {jtxt} | {sp} | {'ok' if r['ok'] else 'FAIL'} |\n")
+        if update_rows:
+            fh.write("\nLogits update (bias + finished + end_id) against the same sampler without:\n\n"
+                     "| dtype | batch | vocab | method | finished | plain µs | update µs | ratio | check |\n"
+                     "|---|---|---|---|---|---|---|---|---|\n")
+            for r in update_rows:
+                fh.write(f"| {r['dtype']} | {r['batch']} | {r['vocab']} | {r['method']} | {r['finished']} | "
+                         f"{r['plain_us']:.1f} | {r['update_us']:.1f} | {r['update_us'] / r['plain_us']:.3f} | "
+                         f"{'ok' if r['ok'] else 'FAIL'} |\n")
 
 
 def main(argv=None):
@@ -113,6 +162,7 @@ def main(argv=None):
     vocabs = (128256,) if args.quick else (32000, 128256, 151936, 256000)
     ceiling = dt.copy_ceiling()
     print(f"copy ceiling (x + 1, 256 MiB, device time): {ceiling / 1e12:.2f} TB/s", flush=True)
+    update_rows = logits_update_rows()
     rows = []
     t_jnp = 0.0
     for dtype in ("float32", "bfloat16"):
@@ -142,9 +192,9 @@ def main(argv=None):
                           f"({rec['jaxnorm_us'] / rec['floor_us']:5.2f}x floor {rec['floor_us']:7.1f})"
                           + (f"  jnp {jr:9.1f} us  speedup {jr / rec['jaxnorm_us']:7.1f}x" if jr else "")
                           + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
-            write(args.out, rows, ceiling)  # after each vocabulary, so a cut-off run keeps its rows
-    bad = [r for r in rows if not r["ok"]]
-    print(f"{len(rows) - len(bad)}/{len(rows)} checks passed")
+            write(args.out, rows, ceiling, update_rows)  # after each vocabulary, so a cut-off run keeps its rows
+    bad = [r for r in rows + update_rows if not r["ok"]]
+    print(f"{len(rows) + len(update_rows) - len(bad)}/{len(rows) + len(update_rows)} checks passed")
     return 1 if bad else 0
 
 

@@ -19,8 +19,10 @@ from jaxnorm._ops import TARGETS
 # retirements); a serving system can record this number next to its artifacts.
 FFI_API_VERSION = 4  # 2: jaxnorm_linear_attention, jaxnorm_linear_attention_rank1;
 # 3: jaxnorm_cross_entropy_fwd, jaxnorm_cross_entropy_bwd;
-# 4: jaxnorm_cross_entropy_fwd_v2 (a workspace result; succeeds jaxnorm_cross_entropy_fwd),
-#    jaxnorm_add_norm_fwd, jaxnorm_add_norm_bwd
+# 4: jaxnorm_cross_entropy_fwd_v2 (a workspace result; supersedes jaxnorm_cross_entropy_fwd),
+#    jaxnorm_add_norm_fwd, jaxnorm_add_norm_bwd, jaxnorm_sample_v2 and jaxnorm_filter_v2 (the output
+#    bias, finished rows and end_id of the decoding loop's logits update; supersede jaxnorm_sample
+#    and jaxnorm_filter). Superseded targets stay registered.
 
 
 def export_checks() -> tuple[jax_export.DisabledSafetyCheck, ...]:

@@ -129,24 +129,38 @@ CROSS_ENTROPY_BWD = FfiOp(
 )
 
 # Sampling: keys and the per-row parameters are grouped ("N"): one entry for all rows, one per
-# row, or one per vmapped example.
-SAMPLE = FfiOp(
-    name="jaxnorm_sample",
-    operands=("R,C", "N,*", "N", "N", "N", "N"),  # logits, keys, temperature, top_k, top_p, log min_p
-    results=(("R", np.int32),),
-    attrs=(),
-    row_sharded=True,
-    # One key shared by the batch numbers the rows globally in the Philox counter: a device
-    # holding rows 16-31 must not number them 0-15. A key per row makes each row independent.
-    rows_local=lambda avals: avals[1].shape[0] == avals[0].shape[0],
-)
-FILTER = FfiOp(
-    name="jaxnorm_filter",
-    operands=("R,C", "N", "N", "N"),  # logits, top_k, top_p, log min_p
-    results=(("R,C", "x"),),
-    attrs=(),
-    row_sharded=True,
-)
+# row, or one per vmapped example. The "_v2" targets (FFI version 4) add the decoding loop's
+# logits update: an output bias (float32, shared by the rows) read with the logits, and
+# finished/end_id (grouped) that force a row's token. jaxnorm lowers only to them; the first
+# versions stay declared for artifacts exported before version 4 (tests/export_program.py keeps
+# their signatures pinned and their handlers running).
+_SAMPLE_OPERANDS = ("R,C", "N,*", "N", "N", "N", "N")  # logits, keys, temperature, top_k, top_p, log min_p
+
+
+def _sample(v2):
+    return FfiOp(
+        name="jaxnorm_sample" + ("_v2" if v2 else ""),
+        operands=_SAMPLE_OPERANDS + (("C?", "N?", "N?") if v2 else ()),  # bias (f32), finished (bool), end_id
+        results=(("R", np.int32),),
+        attrs=(),
+        row_sharded=True,
+        # One key shared by the batch numbers the rows globally in the Philox counter: a device
+        # holding rows 16-31 must not number them 0-15. A key per row makes each row independent.
+        rows_local=lambda avals: avals[1].shape[0] == avals[0].shape[0],
+    )
+
+
+def _filter(v2):
+    return FfiOp(
+        name="jaxnorm_filter" + ("_v2" if v2 else ""),
+        operands=("R,C", "N", "N", "N") + (("C?",) if v2 else ()),  # logits, top_k, top_p, log min_p[, bias (f32)]
+        results=(("R,C", "x"),),
+        attrs=(),
+        row_sharded=True,
+    )
+
+
+SAMPLE, SAMPLE_V2, FILTER, FILTER_V2 = _sample(False), _sample(True), _filter(False), _filter(True)
 TOP_K = FfiOp(
     name="jaxnorm_top_k",
     operands=("R,C",),
@@ -275,8 +289,10 @@ softmax_fwd_p = make_primitive(SOFTMAX_FWD)
 softmax_bwd_p = make_primitive(SOFTMAX_BWD)
 cross_entropy_fwd_p = make_primitive(CROSS_ENTROPY_FWD)
 cross_entropy_bwd_p = make_primitive(CROSS_ENTROPY_BWD)
-sample_p = make_primitive(SAMPLE)
-filter_p = make_primitive(FILTER)
+sample_v1_p = make_primitive(SAMPLE)  # artifacts before FFI version 4 only
+sample_p = make_primitive(SAMPLE_V2)
+filter_v1_p = make_primitive(FILTER)  # artifacts before FFI version 4 only
+filter_p = make_primitive(FILTER_V2)
 top_k_p = make_primitive(TOP_K)
 pad_offsets_p = make_primitive(PAD_OFFSETS)
 pad_unpack_p = {1: make_primitive(PAD_UNPACK), 3: make_primitive(PAD_UNPACK3)}

@@ -39,12 +39,13 @@ def _per_row(spec: str, shape, n_rows: int) -> bool:
 
 
 def splits_rows(op, avals_in) -> bool:
-    """Whether each device may run the op on its rows alone: every grouped ("N") operand holds
-    one entry for all rows or one a row (not one per vmapped example), and the op's own
+    """Whether each device may run the op on its rows alone: every grouped ("N") operand present
+    holds one entry for all rows or one a row (not one per vmapped example), and the op's own
     condition holds (sample: a key per row, since one shared key numbers the rows globally)."""
     n_rows = avals_in[0].shape[0]
     for spec, aval in zip(op.operands, avals_in):
-        if _symbols(spec)[0] == "N" and aval.shape[0] not in (1, n_rows):
+        absent = spec.endswith("?") and aval.shape == (0,)  # an optional operand's placeholder
+        if _symbols(spec)[0] == "N" and not absent and aval.shape[0] not in (1, n_rows):
             return False
     return op.rows_local is None or op.rows_local(avals_in)
 

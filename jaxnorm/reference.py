@@ -130,17 +130,27 @@ def _sampling_values(logits, axis):
     return v, jnp.where(inf_row, 0.0, m)
 
 
-def sampling_mask(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
+def with_bias(logits, bias, axis=-1):
+    """The logits the sampler sees: ``logits + bias`` (bias along ``axis``) computed in float32,
+    or ``logits`` unchanged without a bias."""
+    if bias is None:
+        return logits
+    x = jnp.moveaxis(logits, axis, -1).astype(jnp.float32) + jnp.asarray(bias).astype(jnp.float32)
+    return jnp.moveaxis(x, -1, axis)
+
+
+def sampling_mask(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1, bias=None):
     """Which tokens ``jaxnorm.sample`` may draw (boolean, vocabulary axis moved last).
 
-    Per row, with v the logits (NaN as -inf), m = max(v), s = (v - m) / temperature:
+    Per row, with v the logits (``with_bias(logits, bias)``, NaN as -inf), m = max(v),
+    s = (v - m) / temperature:
       greedy (temperature <= 0): every token (the sampler takes the argmax);
       top-k (1 <= k < vocab): v >= the k-th largest v;
       top-p (p < 1): the mass of strictly larger tokens within the top-k set, in
         softmax(s) renormalized over that set, is below p (the top value always stays);
       min-p: s >= log(min_p).
     """
-    v, m = _sampling_values(logits, axis)
+    v, m = _sampling_values(with_bias(logits, bias, axis), axis)
     batch, vocab = v.shape[:-1], v.shape[-1]
     t = _row_param(temperature, batch, 1.0).astype(v.dtype)
     greedy = ~(t > 0) | ~(1 / t.astype(jnp.float32) < jnp.inf)
@@ -171,10 +181,12 @@ def sampling_mask(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None
     return keep
 
 
-def sampling_probs(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
-    """The exact distribution ``jaxnorm.sample`` draws from (vocabulary axis last): the filtered
-    softmax of logits / temperature, one-hot at the first argmax for greedy rows, all zero for a
-    row with no finite logit (where the sampler returns -1)."""
+def sampling_probs(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1, bias=None):
+    """The exact distribution ``jaxnorm.sample`` draws from (vocabulary axis last) for a row that
+    is not finished: the filtered softmax of ``with_bias(logits, bias)`` / temperature, one-hot
+    at the first argmax for greedy rows, all zero for a row with no finite logit (where the
+    sampler returns -1)."""
+    logits = with_bias(logits, bias, axis)
     v, m = _sampling_values(logits, axis)
     keep = sampling_mask(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
     t = _row_param(temperature, v.shape[:-1], 1.0).astype(v.dtype)
@@ -186,17 +198,25 @@ def sampling_probs(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=Non
     return jnp.where(m == -jnp.inf, 0.0, probs)
 
 
-def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
-    """A sort-based sampler of the same distribution (not the same random stream)."""
-    probs = sampling_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
+def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1, bias=None,
+           finished=None, end_id=None):
+    """A sort-based sampler of the same distribution (not the same random stream). A finished
+    row's distribution is a point mass on its end_id: it returns end_id as given."""
+    probs = sampling_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis,
+                           bias=bias)
     tok = jax.random.categorical(key, jnp.log(probs), axis=-1)
-    return jnp.where(jnp.sum(probs, axis=-1) > 0, tok, -1).astype(jnp.int32)
+    tok = jnp.where(jnp.sum(probs, axis=-1) > 0, tok, -1).astype(jnp.int32)
+    if finished is not None:
+        tok = jnp.where(finished, jnp.asarray(end_id, jnp.int32), tok)
+    return tok
 
 
-def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1):
-    keep = sampling_mask(logits, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
-    v, _ = _sampling_values(logits, axis)
-    x = jnp.moveaxis(logits, axis, -1)
+def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1, bias=None):
+    """The kept entries of ``with_bias(logits, bias)``, rounded to the logits' dtype."""
+    x = with_bias(logits, bias, axis)
+    keep = sampling_mask(x, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
+    v, _ = _sampling_values(x, axis)
+    x = jnp.moveaxis(x, axis, -1)
     return jnp.moveaxis(jnp.where(keep & (v > -jnp.inf), x, -jnp.inf).astype(logits.dtype), -1, axis)
 
 

@@ -13,6 +13,12 @@ The conventions (``jaxnorm.reference.sampling_mask`` is the written spec):
 - NaN logits are never drawn (as ``-inf``). If a row's maximum is ``+inf``, its ``+inf`` tokens
   share all the mass equally. A row with no finite-probability token (all ``-inf``/NaN) returns
   token ``-1``.
+- The decoding loop's logits update rides on the same read (FasterTransformer's "update logits"):
+  ``bias`` (a [vocab] vector) is added to every row's logits in float32 before anything else, so
+  ``sample(key, x, bias=b)`` draws exactly what ``sample(key, x.astype(float32) + b.astype(float32))``
+  draws, bit for bit; a row whose ``finished`` flag is set returns its ``end_id`` without reading
+  its logits or drawing (its token depends on nothing else), and leaves the other rows' tokens as
+  they are without ``finished``.
 - Per-row parameter arrays are not checked at trace time; their values are clamped: ``top_k``
   outside ``[1, vocab)`` is off, ``top_p >= 1`` (or NaN) is off, ``top_p <= 0`` keeps only the top
   token(s), ``min_p <= 0`` is off, ``min_p >= 1`` keeps only the top token(s). Python scalars are
@@ -42,18 +48,22 @@ import jax.numpy as jnp
 
 from jaxnorm import _checks
 from jaxnorm._ops import filter_p, sample_p, top_k_p
+from jaxnorm._primitive import empty_placeholder
 
 # The largest k the top_k kernel takes (its candidates are sorted in one CTA's shared memory).
 TOP_K_MAX = 2048
 
 
-def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1):
+def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1, bias=None,
+           finished=None, end_id=None):
     """Draws one token per row of ``logits`` from the filtered, temperature-scaled softmax.
 
     Equivalent in distribution to (``jaxnorm.reference.sample``)::
 
-        keep = reference.sampling_mask(logits, temperature=..., top_k=..., top_p=..., min_p=...)
-        jax.random.categorical(key, jnp.where(keep, logits / temperature, -jnp.inf))
+        x = logits.astype(float32) + bias.astype(float32)   # with a bias; else logits
+        keep = reference.sampling_mask(x, temperature=..., top_k=..., top_p=..., min_p=...)
+        tokens = jax.random.categorical(key, jnp.where(keep, x / temperature, -jnp.inf))
+        tokens = jnp.where(finished, end_id, tokens)          # with finished
 
     Args:
       key: a PRNG key (``jax.random.key``) or a raw ``uint32`` key (``jax.random.PRNGKey``): one
@@ -65,36 +75,54 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
       top_p: float in (0, 1] (None or 1: off), or an array with one value per row.
       min_p: float in [0, 1] (None or 0: off), or an array with one value per row.
       axis: the vocabulary axis.
+      bias: None, or a float32/bfloat16/float16 array of shape ``(vocab,)`` (the output
+        projection's bias), added to every row's logits in float32 before the temperature and the
+        filters. The kernels add it as they read the logits (no pass of its own; a 16-bit bias is
+        converted to float32 first, a [vocab] conversion).
+      finished: None, or a bool array of the batch shape (or broadcasting to it): the sequences
+        that have ended. A finished row returns its ``end_id`` without reading its logits or
+        drawing, so its token depends on neither the key nor the logits nor the parameters; the
+        other rows draw exactly the tokens they draw without ``finished``.
+      end_id: with ``finished`` (and only with it): a Python int in ``[0, vocab)`` (checked), or
+        an int array with one value per row. An array's values are not checked: a finished row
+        returns its end_id as given, even outside ``[0, vocab)`` (-1 included).
 
     Returns:
-      int32 token ids, of shape ``logits.shape`` without ``axis`` (-1 for a row with no token of
-      positive probability).
+      int32 token ids, of shape ``logits.shape`` without ``axis`` (-1 for an unfinished row with no
+      token of positive probability).
     """
     fn = "sample"
     x, batch = _logits_rows(logits, axis, fn)
     keys = _key_rows(key, batch, fn)
     temps = _per_row(temperature, batch, fn, "temperature", 1.0, jnp.float32, _check_temperature)
     k, p, lmp = _filters(top_k, top_p, min_p, batch, x.shape[1], fn)
+    b = _bias(bias, logits, x.shape[1], fn)
+    fin, eid = _finished(finished, end_id, batch, x.shape[1], fn)
     if x.shape[0] == 0:
         return jnp.zeros(batch, jnp.int32)
-    (tokens,) = sample_p.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp)  # integer tokens: no gradient
+    # integer tokens: no gradient
+    (tokens,) = sample_p.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp, b, fin, eid)
     return tokens.reshape(batch)
 
 
-def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1):
-    """``logits`` with every token outside top-k, then top-p, then min-p set to ``-inf``.
+def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1, bias=None):
+    """``logits`` (plus ``bias``) with every token outside top-k, then top-p, then min-p set to ``-inf``.
 
     For users who sample themselves: ``jax.random.categorical(key, filter_logits(x / t, ...))``
     draws from exactly the distribution ``sample(key, x, temperature=t, ...)`` draws from.
     Equivalent to ``jnp.where(reference.sampling_mask(logits, ...), logits, -jnp.inf)`` (NaN
-    logits become ``-inf``). Arguments as in ``sample``; the same dtype and shape come back.
+    logits become ``-inf``; ``reference.filter_logits``). Arguments as in ``sample``; the same
+    dtype and shape come back. With a ``bias``, the filters select on ``logits + bias`` in float32
+    (as ``sample`` does) and the kept entries are that sum rounded to the logits' dtype (exact for
+    float32 logits).
     """
     fn = "filter_logits"
     x, batch = _logits_rows(logits, axis, fn)
     k, p, lmp = _filters(top_k, top_p, min_p, batch, x.shape[1], fn)
+    b = _bias(bias, logits, x.shape[1], fn)
     if x.shape[0] == 0:
         return logits
-    (y,) = filter_p.bind(x, k, p, lmp)
+    (y,) = filter_p.bind(x, k, p, lmp, b)
     return jnp.moveaxis(y.reshape(*batch, x.shape[1]), -1, _axis(logits, axis, fn))
 
 
@@ -198,7 +226,12 @@ def _per_row(value, batch, fn, name, default, dtype, check):
     value = _checks.as_array(value, fn, name)
     want = jnp.integer if dtype == jnp.int32 else jnp.floating
     if not jnp.issubdtype(value.dtype, want) and not (want is jnp.floating and jnp.issubdtype(value.dtype, jnp.integer)):
-        raise TypeError(f"{fn}: `{name}` must be a {'n integer' if want is jnp.integer else ' float'} array, got {value.dtype}")
+        raise TypeError(f"{fn}: `{name}` must be {'an integer' if want is jnp.integer else 'a float'} array, got {value.dtype}")
+    return _grouped(value.astype(dtype), batch, fn, name)
+
+
+def _grouped(value, batch, fn, name):
+    """An array that is a scalar or broadcasts to the batch shape, as (1,) or (rows,)."""
     try:
         ok = np.broadcast_shapes(tuple(value.shape), batch) == batch
     except ValueError:
@@ -207,7 +240,6 @@ def _per_row(value, batch, fn, name, default, dtype, check):
         raise ValueError(
             f"{fn}: `{name}` of shape {tuple(value.shape)} must be a scalar or broadcast to the batch shape {batch}"
         )
-    value = value.astype(dtype)
     if value.size == 1:
         return value.reshape(1)
     return jnp.broadcast_to(value, batch).reshape(math.prod(batch))
@@ -233,6 +265,47 @@ def _check_top_p(p, fn, name):
 def _check_min_p(p, fn, name):
     if not 0 <= p <= 1:
         raise ValueError(f"{fn}: `{name}` must lie in [0, 1], got {p}")
+
+
+def _bias(bias, logits, vocab, fn):
+    """The output bias as the kernels' (vocab,) float32 operand, or the absent placeholder."""
+    if bias is None:
+        return empty_placeholder(jnp.float32)
+    bias = _checks.as_array(bias, fn, "bias")
+    _checks.check_input_dtype(bias, fn, "bias")
+    if tuple(bias.shape) != (vocab,):
+        raise ValueError(
+            f"{fn}: `bias` must have shape ({vocab},), the vocabulary axis of `logits` of shape "
+            f"{tuple(logits.shape)}, got {tuple(bias.shape)}"
+        )
+    return jax.lax.stop_gradient(bias).astype(jnp.float32)
+
+
+def _finished(finished, end_id, batch, vocab, fn):
+    """(finished, end_id) as grouped operands (bool, int32), or the absent placeholders."""
+    if finished is None and end_id is None:
+        return empty_placeholder(jnp.bool_), empty_placeholder(jnp.int32)
+    if finished is None or end_id is None:
+        given, missing = ("end_id", "finished") if finished is None else ("finished", "end_id")
+        raise ValueError(f"{fn}: `{given}` needs `{missing}`: pass both (a finished row returns its end_id)")
+    finished = _checks.as_array(finished, fn, "finished")
+    if np.dtype(finished.dtype) != np.bool_:
+        raise TypeError(
+            f"{fn}: `finished` must be a bool array, got {np.dtype(finished.dtype)} with shape {tuple(finished.shape)}"
+        )
+    fin = _grouped(finished, batch, fn, "finished")
+
+    def check_end_id(e, fn, name):
+        if not isinstance(e, (int, np.integer)):
+            raise TypeError(f"{fn}: `{name}` must be an int or an int array, got {e!r}")
+        if not 0 <= e < vocab:
+            raise ValueError(f"{fn}: `{name}` must lie in [0, {vocab}) (the vocabulary of `logits`), got {e}")
+
+    if isinstance(end_id, np.ndarray) and np.issubdtype(end_id.dtype, np.integer) and end_id.size:
+        # host values are static: checked like a Python int (a jax array is not: it may be traced)
+        check_end_id(int(end_id.min()), fn, "end_id")
+        check_end_id(int(end_id.max()), fn, "end_id")
+    return fin, _per_row(end_id, batch, fn, "end_id", None, jnp.int32, check_end_id)
 
 
 def _filters(top_k, top_p, min_p, batch, vocab, fn):

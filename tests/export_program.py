@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxnorm
+from jaxnorm import _ops
 
 ROWS, WIDTH = 6, 64
 VOCAB = 50
@@ -24,6 +25,7 @@ def inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "scale": rng.uniform(0.5, 1.5, WIDTH).astype(np.float32),
         "bias": f32(WIDTH),
         "logits": f32(ROWS, VOCAB),
+        "vocab_bias": f32(VOCAB),
         "labels": np.array([3, -100, 0, 49, 7, 12], np.int32),
         "key": np.asarray(jax.random.key_data(jax.random.key(int(rng.integers(2**31))))),  # raw uint32[2]
         "lengths": np.array([5, 0, 3], np.int32),
@@ -87,9 +89,21 @@ def _sampling(a):
     # vmap over requests, each with its own key: the keys fold into the kernel's per-row keys.
     keys = jax.random.split(a["key"], 2)
     per_request = jax.vmap(lambda k, l: jaxnorm.sample(k, l, top_p=0.8))(keys, logits.reshape(2, -1, VOCAB))
+    # The decoding loop's logits update (pinned with every operand present: bias, finished, end_id).
+    finished = jnp.arange(ROWS) % 3 == 0
+    updated = jaxnorm.sample(a["key"], logits, top_k=10, bias=a["vocab_bias"], finished=finished,
+                             end_id=jnp.arange(ROWS, dtype=jnp.int32))
+    # The first sample and filter targets, as an artifact exported before FFI version 4 calls them:
+    # kept registered, so their signatures stay pinned and their handlers run here.
+    row = lambda v, dt: jnp.full((1,), v, dt)
+    (tokens_v1,) = _ops.sample_v1_p.bind(logits, a["key"].reshape(1, -1), row(0.8, jnp.float32), row(10, jnp.int32),
+                                         row(0.9, jnp.float32), row(-jnp.inf, jnp.float32))
+    (filtered_v1,) = _ops.filter_v1_p.bind(logits, row(5, jnp.int32), row(1.0, jnp.float32),
+                                           row(np.log(0.05), jnp.float32))
     return {"tokens": jaxnorm.sample(a["key"], logits, temperature=0.8, top_k=10, top_p=0.9),
             "tokens_per_request": per_request,
-            "filtered": jaxnorm.filter_logits(logits, top_k=5, min_p=0.05),
+            "tokens_updated": updated, "tokens_v1": tokens_v1, "filtered_v1": filtered_v1,
+            "filtered": jaxnorm.filter_logits(logits, top_k=5, min_p=0.05, bias=a["vocab_bias"]),
             "top_k_values": values, "top_k_indices": indices}
 
 

@@ -240,6 +240,226 @@ def test_vmap_single_key_matches_loop(rng):
 
 
 # ----------------------------------------------------------------------------------------------
+# The decoding loop's logits update: output bias, finished rows forced to end_id
+
+# Tokens of the sampler before the update existed (commit b560cf5, CPU handler): without a bias
+# the v2 target must draw exactly these. The CUDA kernels draw the same noise but round exp/log
+# differently from the CPU's libm, so only the CPU is held to these literal tokens.
+GOLDEN_BEFORE_V2 = {
+    "plain": [11, 247, 205, 248, 284, 12, 155, 89],
+    "top_k": [11, 247, 205, 162, 284, 273, 155, 93],
+    "top_p_temp": [11, 247, 205, 162, 284, 86, 90, 108],
+    "min_p_per_row_keys": [166, 203, 56, 162, 19, 86, 129, 99],
+    "bf16_k_p": [11, 159, 229, 213, 163, 198, 129, 292],
+}
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="literal tokens of the CPU handler")
+def test_no_bias_draws_the_tokens_of_before():
+    x = jnp.asarray(2.0 * np.random.default_rng(20240613).normal(size=(8, 300)), jnp.float32)
+    keys = jax.random.split(jax.random.key(42), 8)
+    got = {
+        "plain": jaxnorm.sample(jax.random.key(7), x),
+        "top_k": jaxnorm.sample(jax.random.key(7), x, top_k=20),
+        "top_p_temp": jaxnorm.sample(jax.random.key(7), x, temperature=0.7, top_p=0.8),
+        "min_p_per_row_keys": jaxnorm.sample(keys, x, min_p=0.05),
+        "bf16_k_p": jaxnorm.sample(jax.random.key(9), x.astype(jnp.bfloat16), top_k=50, top_p=0.9),
+    }
+    assert {k: np.asarray(v).tolist() for k, v in got.items()} == GOLDEN_BEFORE_V2
+
+
+def _sample_v1(key, x, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
+    """The first sample target as an artifact exported before FFI version 4 calls it."""
+    from jaxnorm import _ops
+    row = lambda v, dt: jnp.full((1,), v, dt)  # noqa: E731
+    (tok,) = _ops.sample_v1_p.bind(x, jax.random.key_data(key).reshape(1, -1), row(temperature, jnp.float32),
+                                   row(top_k, jnp.int32), row(top_p, jnp.float32), row(np.log(min_p) if min_p > 0 else -np.inf, jnp.float32))
+    return tok
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_no_bias_is_the_first_target(dtype, rng):
+    """On every backend: v2 without bias or finished draws what the kept first target draws."""
+    x = logits_of(rng, (64, 1000), DTYPES[dtype])
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    for kw in (dict(), dict(top_k=30), dict(top_p=0.8, temperature=0.6), dict(min_p=0.05), dict(temperature=0.0)):
+        np.testing.assert_array_equal(np.asarray(jaxnorm.sample(key, x, **kw)), np.asarray(_sample_v1(key, x, **kw)))
+    from jaxnorm import _ops
+    row = lambda v, dt: jnp.full((1,), v, dt)  # noqa: E731
+    (old,) = _ops.filter_v1_p.bind(x, row(9, jnp.int32), row(0.7, jnp.float32), row(np.log(0.01), jnp.float32))
+    assert same_filtered(jaxnorm.filter_logits(x, top_k=9, top_p=0.7, min_p=0.01), old)
+
+
+UPDATE_FILTERS = [dict(), dict(top_k=7), dict(top_p=0.6, temperature=0.8), dict(top_k=20, top_p=0.9, min_p=0.02),
+                  dict(temperature=0.0)]
+
+
+@pytest.mark.parametrize("dtype,bias_dtype", [("float32", "float32"), ("bfloat16", "float32"),
+                                              ("bfloat16", "bfloat16"), ("float16", "float16")])
+@pytest.mark.parametrize("kw", UPDATE_FILTERS, ids=str)
+def test_bias_is_sampling_the_float32_sum(dtype, bias_dtype, kw, rng):
+    """Bit for bit: sample(x, bias=b) == sample(x + b in float32), also where rows are finished
+    (the other rows), for wide rows too (cluster paths on a GPU)."""
+    for shape in ((6, 5, 700), (3, 40000)):
+        x = logits_of(rng, shape, DTYPES[dtype])
+        b = logits_of(rng, shape[-1:], DTYPES[bias_dtype])
+        key = jax.random.key(int(rng.integers(1 << 30)))
+        want = np.asarray(jaxnorm.sample(key, x.astype(F32) + b.astype(F32), **kw))
+        got = jax.jit(lambda k, x, b: jaxnorm.sample(k, x, bias=b, **kw))(key, x, b)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        fin = jnp.asarray(rng.random(shape[:-1]) < 0.4)
+        got = np.asarray(jaxnorm.sample(key, x, bias=b, finished=fin, end_id=3, **kw))
+        np.testing.assert_array_equal(got[~np.asarray(fin)], want[~np.asarray(fin)])
+        assert np.all(got[np.asarray(fin)] == 3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kw", [dict(), dict(top_k=6), dict(top_p=0.7), dict(temperature=0.6, min_p=0.05)], ids=str)
+def test_bias_frequencies(dtype, kw, rng):
+    """The draws follow reference.sampling_probs(row, bias=...), which the bias moves far from the
+    unbiased distribution (so a sampler ignoring the bias fails)."""
+    vocab = 24
+    row = logits_of(rng, (vocab,), DTYPES[dtype], scale=1.5)
+    bias = jnp.asarray(rng.permutation(np.linspace(-3.0, 3.0, vocab)), jnp.float32)
+    probs = np.asarray(reference.sampling_probs(row, bias=bias, **kw), np.float64)
+    unbiased = np.asarray(reference.sampling_probs(row, **kw), np.float64)
+    assert 0.5 * np.abs(probs - unbiased).sum() > 0.2
+    x = jnp.broadcast_to(row, (N_DRAWS, vocab))
+    tokens = jax.jit(lambda k, x: jaxnorm.sample(k, x, bias=bias, **kw))(jax.random.key(int(rng.integers(1 << 30))), x)
+    assert_distribution(tokens, probs)
+
+
+def test_greedy_with_bias(rng):
+    x = jnp.asarray(rng.integers(0, 4, size=(50, 30)), jnp.float32)
+    bias = jnp.asarray(rng.integers(-2, 3, size=30), jnp.bfloat16)
+    want = np.argmax(np.asarray(x) + np.asarray(bias, np.float32), axis=-1)  # lowest index on ties
+    assert np.mean(want != np.argmax(np.asarray(x), axis=-1)) > 0.3  # the bias moves the argmax
+    got = jaxnorm.sample(jax.random.key(0), x, temperature=0.0, top_k=3, bias=bias)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("kw", FILTERS[:6], ids=str)
+def test_filter_with_bias_matches_reference(dtype, kw, rng):
+    x = logits_of(rng, (4, 3, 1000), DTYPES[dtype])
+    b = logits_of(rng, (1000,), F32)
+    got = jax.jit(lambda x, b: jaxnorm.filter_logits(x, bias=b, **kw))(x, b)
+    want = reference.filter_logits(x, bias=b, **kw)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    assert same_filtered(got, want)
+    if dtype == "float32":  # exact: the kept entries are logits + bias
+        assert same_filtered(got, jaxnorm.filter_logits(x + b, **kw))
+
+
+def test_bias_on_another_axis_and_nonfinite(rng):
+    x = logits_of(rng, (40, 6), F32)  # vocabulary on axis 0
+    b = logits_of(rng, (40,), F32).at[3].set(-jnp.inf).at[5].set(jnp.inf)
+    key = jax.random.key(4)
+    np.testing.assert_array_equal(np.asarray(jaxnorm.sample(key, x, axis=0, bias=b)),
+                                  np.asarray(jaxnorm.sample(key, x + b[:, None], axis=0)))
+    assert np.all(np.asarray(jaxnorm.sample(key, x, axis=0, bias=b)) == 5)  # a +inf bias takes the row
+    y = x.at[5, 0].set(-jnp.inf)  # -inf + inf is NaN: never drawn
+    assert int(jaxnorm.sample(key, y, axis=0, bias=b, temperature=0.0)[0]) != 5
+
+
+def test_finished_rows_return_end_id(rng):
+    """Over many keys a finished row returns end_id and nothing else, whatever its logits (no
+    finite one, NaN) and parameters; unfinished rows are unchanged by the others' flags."""
+    x = logits_of(rng, (6, 50), F32, scale=0.5).at[1].set(-jnp.inf).at[4].set(jnp.nan)
+    fin = jnp.array([True, False, True, False, True, False])
+    bias = logits_of(rng, (50,), F32, scale=0.5)
+    keys = jax.random.split(jax.random.key(int(rng.integers(1 << 30))), 300)
+    f = jax.jit(jax.vmap(lambda k: jaxnorm.sample(k, x, top_p=0.9, bias=bias, finished=fin, end_id=49)))
+    tok = np.asarray(f(keys))
+    assert np.all(tok[:, [0, 2, 4]] == 49)
+    assert np.all(tok[:, 1] == -1)  # unfinished, no finite logit
+    free = np.asarray(jax.vmap(lambda k: jaxnorm.sample(k, x, top_p=0.9, bias=bias))(keys))
+    np.testing.assert_array_equal(tok[:, [1, 3, 5]], free[:, [1, 3, 5]])
+    assert len(np.unique(tok[:, 3])) > 3  # and they do draw
+    greedy = jaxnorm.sample(keys[0], x, temperature=0.0, bias=bias, finished=fin, end_id=0)
+    np.testing.assert_array_equal(np.asarray(greedy)[[0, 2, 4]], 0)
+
+
+def test_per_row_end_id_and_broadcast_flags(rng):
+    x = logits_of(rng, (3, 4, 20), F32)
+    end_id = jnp.arange(12, dtype=jnp.int32).reshape(3, 4) + 5
+    fin = jnp.asarray(rng.random((3, 4)) < 0.5)
+    got = np.asarray(jaxnorm.sample(jax.random.key(1), x, finished=fin, end_id=end_id))
+    np.testing.assert_array_equal(got[np.asarray(fin)], np.asarray(end_id)[np.asarray(fin)])
+    # a flag per column of the batch (broadcast), a scalar flag, an end_id per leading row
+    col = jnp.array([True, False, True, False])
+    got = np.asarray(jaxnorm.sample(jax.random.key(1), x, finished=col, end_id=jnp.array([[1], [2], [3]])))
+    np.testing.assert_array_equal(got[:, [0, 2]], [[1, 1], [2, 2], [3, 3]])
+    everything = jaxnorm.sample(jax.random.key(1), x, finished=True, end_id=7)
+    np.testing.assert_array_equal(np.asarray(everything), 7)
+    none = jaxnorm.sample(jax.random.key(1), x, finished=False, end_id=7)
+    np.testing.assert_array_equal(np.asarray(none), np.asarray(jaxnorm.sample(jax.random.key(1), x)))
+
+
+def test_traced_end_id_is_written_as_given(rng):
+    """An end_id array is not range-checked: a finished row returns it as given, even outside
+    [0, vocab) (the docstring's contract), under jit."""
+    x = logits_of(rng, (4, 10), F32)
+    f = jax.jit(lambda e: jaxnorm.sample(jax.random.key(0), x, finished=jnp.array([True, True, True, False]),
+                                         end_id=e))
+    got = np.asarray(f(jnp.array([-1, 10, 1 << 30, -5], jnp.int32)))
+    np.testing.assert_array_equal(got[:3], [-1, 10, 1 << 30])
+    assert 0 <= got[3] < 10
+
+
+def test_logits_update_vmap_and_jit(rng):
+    xs = logits_of(rng, (3, 5, 40), F32)
+    keys = jax.random.split(jax.random.key(5), 3)
+    fin = jnp.asarray(rng.random((3, 5)) < 0.5)
+    ends = jnp.array([1, 2, 3], jnp.int32)
+    bias = logits_of(rng, (40,), F32)
+    biases = logits_of(rng, (3, 40), F32)
+
+    def one(k, x, f, e, b):
+        return jaxnorm.sample(k, x, top_k=8, bias=b, finished=f, end_id=e)
+
+    loop = np.stack([np.asarray(one(keys[i], xs[i], fin[i], ends[i], bias)) for i in range(3)])
+    got = jax.jit(jax.vmap(one, (0, 0, 0, 0, None)))(keys, xs, fin, ends, bias)  # shared bias: one launch
+    np.testing.assert_array_equal(np.asarray(got), loop)
+    loop = np.stack([np.asarray(one(keys[i], xs[i], fin[i], ends[i], biases[i])) for i in range(3)])
+    got = jax.vmap(one)(keys, xs, fin, ends, biases)  # a bias per example: mapped
+    np.testing.assert_array_equal(np.asarray(got), loop)
+    # unbatched finished/end_id with batched logits
+    got = jax.vmap(lambda k, x: one(k, x, fin[0], 9, bias))(keys, xs)
+    assert np.all(np.asarray(got)[:, np.asarray(fin[0])] == 9)
+    filt = jax.vmap(lambda x, b: jaxnorm.filter_logits(x, top_k=4, bias=b))(xs, biases)
+    assert same_filtered(filt, reference.filter_logits(xs, top_k=4, bias=biases[:, None, :]))
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(bias=jnp.ones((11,), F32)), ValueError, r"`bias` must have shape \(10,\).*\(4, 10\).*\(11,\)"),
+    (dict(bias=jnp.ones((4, 10), F32)), ValueError, r"`bias` must have shape \(10,\)"),
+    (dict(bias=jnp.ones((10,), jnp.int32)), TypeError, "`bias` must be float32"),
+    (dict(bias=jnp.ones((10,), jnp.float64)), TypeError, "`bias` must be float32"),
+    (dict(finished=jnp.ones((4,), bool)), ValueError, "`finished` needs `end_id`"),
+    (dict(end_id=3), ValueError, "`end_id` needs `finished`"),
+    (dict(finished=jnp.ones((4,), jnp.int32), end_id=3), TypeError, "`finished` must be a bool array, got int32"),
+    (dict(finished=jnp.ones((3,), bool), end_id=3), ValueError, r"`finished` of shape \(3,\).*batch shape \(4,\)"),
+    (dict(finished=jnp.ones((4,), bool), end_id=2.0), TypeError, "`end_id` must be an int"),
+    (dict(finished=jnp.ones((4,), bool), end_id=True), TypeError, "`end_id`"),
+    (dict(finished=jnp.ones((4,), bool), end_id=jnp.ones((4,), jnp.float32)), TypeError, "`end_id` must be an integer"),
+    (dict(finished=jnp.ones((4,), bool), end_id=jnp.ones((5,), jnp.int32)), ValueError, r"`end_id` of shape \(5,\)"),
+    (dict(finished=jnp.ones((4,), bool), end_id=10), ValueError, r"`end_id` must lie in \[0, 10\).*got 10"),
+    (dict(finished=jnp.ones((4,), bool), end_id=-1), ValueError, r"`end_id` must lie in \[0, 10\)"),
+    (dict(finished=jnp.ones((4,), bool), end_id=np.array([1, 2, 3, 12])), ValueError, "got 12"),
+])
+def test_logits_update_bad_arguments(kw, err, match):
+    x = jnp.ones((4, 10), F32)
+    with pytest.raises(err, match=match):
+        jax.jit(lambda x: jaxnorm.sample(jax.random.key(0), x, **kw))(x)
+
+
+def test_filter_bias_bad_arguments():
+    with pytest.raises(ValueError, match=r"filter_logits: `bias` must have shape \(10,\)"):
+        jaxnorm.filter_logits(jnp.ones((4, 10), F32), bias=jnp.ones((9,), F32))
+
+
+# ----------------------------------------------------------------------------------------------
 # top_k
 
 
@@ -295,9 +515,16 @@ def test_top_k_large_k_delegates(rng):
 def test_lowered_hlo_holds_the_custom_calls(rng):
     x = logits_of(rng, (4, 100), F32)
     key = jax.random.key(0)
-    assert "jaxnorm_sample" in jax.jit(lambda k, x: jaxnorm.sample(k, x, top_k=5)).lower(key, x).as_text()
-    assert "jaxnorm_filter" in jax.jit(lambda x: jaxnorm.filter_logits(x, top_p=0.5)).lower(x).as_text()
-    assert "jaxnorm_top_k" in jax.jit(lambda x: jaxnorm.top_k(x, 5)).lower(x).as_text()
+    bias, fin = logits_of(rng, (100,), F32), jnp.array([True, False, False, True])
+    hlo = lambda f, *a: jax.jit(f).lower(*a).as_text()  # noqa: E731
+    # the versioned targets only (FFI version 4): the first versions are kept for old artifacts
+    for text in (hlo(lambda k, x: jaxnorm.sample(k, x, top_k=5), key, x),
+                 hlo(lambda k, x: jaxnorm.sample(k, x, bias=bias, finished=fin, end_id=2), key, x)):
+        assert "@jaxnorm_sample_v2(" in text and "@jaxnorm_sample(" not in text
+    for text in (hlo(lambda x: jaxnorm.filter_logits(x, top_p=0.5), x),
+                 hlo(lambda x: jaxnorm.filter_logits(x, top_p=0.5, bias=bias), x)):
+        assert "@jaxnorm_filter_v2(" in text and "@jaxnorm_filter(" not in text
+    assert "@jaxnorm_top_k(" in hlo(lambda x: jaxnorm.top_k(x, 5), x)
 
 
 @pytest.mark.parametrize("kw,err,match", [

@@ -187,6 +187,14 @@ JIT_SCRIPT = textwrap.dedent(
     no_gather("sample, a key per row", samp, keys, x, k_rows)
     same("sample, a key per row", jax.jit(samp)(keys, x, k_rows),
          samp(jax.random.wrap_key_data(local(jax.random.key_data(keys))), local(x), local(k_rows)))
+    # the logits update: the bias replicated, the finished flags and end ids with their rows
+    vb = jnp.asarray(rng.normal(size=x.shape[-1]), jnp.float32)
+    fin_rows = jax.device_put(jnp.asarray(rng.random((8, 6)) < 0.4), rows)
+    end_rows = jax.device_put(jnp.asarray(rng.integers(0, x.shape[-1], size=(8, 6)), jnp.int32), rows)
+    upd = lambda key, x, f, e: jaxnorm.sample(key, x, top_k=10, bias=vb, finished=f, end_id=e)
+    no_gather("sample with the logits update", upd, keys, x, fin_rows, end_rows)
+    same("sample with the logits update", jax.jit(upd)(keys, x, fin_rows, end_rows),
+         upd(jax.random.wrap_key_data(local(jax.random.key_data(keys))), local(x), local(fin_rows), local(end_rows)))
     one = jax.random.key(3)
     got = jax.jit(lambda x: jaxnorm.sample(one, x, top_k=10))(x)
     assert np.array_equal(np.asarray(got), np.asarray(jaxnorm.sample(one, local(x), top_k=10))), "sample, one key"

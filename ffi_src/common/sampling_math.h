@@ -65,6 +65,15 @@ constexpr double kMassScale = 0x1p38;  // rows up to 2^25 tokens cannot overflow
 // The index into a grouped operand of G entries (signatures.h) that row r of `rows` reads.
 JN_HD int64_t group_of(int64_t r, int64_t rows, int64_t groups) { return r / (rows / groups); }
 
+// Row r's forced token: its end_id (as given, not range-checked) when it is finished, else
+// false. A finished row draws nothing, so its token does not depend on the key.
+JN_HD bool forced_token(int64_t r, int64_t rows, const bool* finished, int64_t n_fin, const int32_t* end_id,
+                        int64_t n_end, int32_t* token) {
+  if (!finished || !finished[group_of(r, rows, n_fin)]) return false;
+  *token = end_id[group_of(r, rows, n_end)];
+  return true;
+}
+
 // One row's sampling parameters, decoded from the grouped operands. Out-of-range values are
 // clamped as documented in jaxnorm/sampling.py: temperature <= 0 (or NaN) is greedy, top_k outside
 // [1, V) and top_p >= 1 (or NaN) are off, top_p <= 0 keeps only the top value.

@@ -20,8 +20,14 @@
 //   softmax_fwd: x (R, C), mask (R, C | 0) pred -> y (R, C)
 //   softmax_bwd: y (R, C), dy (R, C), mask (R, C | 0) pred -> dx (R, C)
 //   sample:      logits (R, V), keys (G, W) u32, temperature (P) f32, top_k (P) s32, top_p (P) f32,
-//                log_min_p (P) f32 -> tokens (R) s32
+//                log_min_p (P) f32 -> tokens (R) s32   [kept for artifacts before FFI version 4]
+//   sample_v2:   sample's operands, then bias (V | 0) f32, finished (P | 0) pred, end_id (P | 0) s32
+//                -> tokens (R) s32; the logits are read as logits + bias, and a finished row
+//                returns its end_id (as given) without drawing
 //   filter:      logits (R, V), top_k (P) s32, top_p (P) f32, log_min_p (P) f32 -> filtered (R, V)
+//                [kept for artifacts before FFI version 4]
+//   filter_v2:   filter's operands, then bias (V | 0) f32 -> filtered (R, V): logits + bias rounded
+//                to the logits' dtype where kept
 //   top_k:       x (R, V) -> indices (R, k) s32; attribute k
 //   pad_offsets: lengths (B) s32 -> source (T) s32, position (B, L) s32, starts (B) s32,
 //                counts (2) s32 = (tokens kept, tokens dropped)
@@ -146,11 +152,34 @@ auto softmax_bwd_signature(B b) {
       .template Attr<bool>("has_mask");
 }
 
+// The operands the first sampling targets take (logits, keys, temperature, top_k, top_p,
+// log_min_p; filter: logits, top_k, top_p, log_min_p); the v2 targets append theirs after them.
 template <class B>
-auto sample_signature(B b) {
+auto sample_operands(B&& b) {  // by reference: a Binding cannot be moved into a parameter
   return std::move(b).template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto filter_operands(B&& b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto sample_signature(B b) {
+  return sample_operands(std::move(b)).template Ret<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto sample_v2_signature(B b) {  // + bias, finished, end_id
+  return sample_operands(std::move(b))
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
@@ -159,11 +188,12 @@ auto sample_signature(B b) {
 
 template <class B>
 auto filter_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>();
+  return filter_operands(std::move(b)).template Ret<ffi::AnyBuffer>();
+}
+
+template <class B>
+auto filter_v2_signature(B b) {  // + bias
+  return filter_operands(std::move(b)).template Arg<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>();
 }
 
 template <class B>
@@ -444,17 +474,26 @@ inline ffi::Error grouped(const ffi::AnyBuffer& b, ffi::DataType dt, int64_t row
   return ffi::Error::Success();
 }
 
-// The sampling handlers' operands after the logits (keys and temperature: sample only).
+// The sampling handlers' operands after the logits (keys and temperature: sample only; bias:
+// the v2 targets; finished and end_id: sample_v2). An absent optional operand is a (0,)
+// placeholder, or no buffer at all for the targets that predate it.
 struct SamplingOperands {
   Rows shape;
-  Grouped keys, temps, top_k, top_p, log_min_p;
-  bool has_keys = false, has_temps = false;
+  Grouped keys, temps, top_k, top_p, log_min_p, finished, end_id;
+  bool has_keys = false, has_temps = false, has_finished = false;
+  const float* bias = nullptr;
+};
+
+struct LogitsUpdate {
+  const ffi::AnyBuffer* bias = nullptr;
+  const ffi::AnyBuffer* finished = nullptr;
+  const ffi::AnyBuffer* end_id = nullptr;
 };
 
 inline ffi::Error sampling_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffer* keys,
                                     const ffi::AnyBuffer* temps, const ffi::AnyBuffer& top_k,
                                     const ffi::AnyBuffer& top_p, const ffi::AnyBuffer& log_min_p,
-                                    SamplingOperands* o) {
+                                    SamplingOperands* o, LogitsUpdate u = {}) {
   JN_RETURN_IF_ERROR(rows_of(x, "logits", &o->shape));
   const int64_t rows = o->shape.rows;
   o->has_keys = keys != nullptr;
@@ -463,7 +502,19 @@ inline ffi::Error sampling_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffe
   if (temps) JN_RETURN_IF_ERROR(grouped(*temps, ffi::DataType::F32, rows, "temperature", &o->temps));
   JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, rows, "top_k", &o->top_k));
   JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, rows, "top_p", &o->top_p));
-  return grouped(log_min_p, ffi::DataType::F32, rows, "min_p", &o->log_min_p);
+  JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, rows, "min_p", &o->log_min_p));
+  if (u.bias && u.bias->element_count() > 0) {
+    JN_RETURN_IF_ERROR(check_dtype(*u.bias, ffi::DataType::F32, "bias"));
+    JN_RETURN_IF_ERROR(check_size(*u.bias, o->shape.cols, "bias"));
+    o->bias = static_cast<const float*>(u.bias->untyped_data());
+  }
+  o->has_finished = u.finished && u.finished->element_count() > 0;
+  if (o->has_finished) {
+    JN_RETURN_IF_ERROR(grouped(*u.finished, ffi::DataType::PRED, rows, "finished", &o->finished));
+    if (!u.end_id) return ffi::Error::InvalidArgument("jaxnorm: finished needs end_id");
+    JN_RETURN_IF_ERROR(grouped(*u.end_id, ffi::DataType::S32, rows, "end_id", &o->end_id));
+  }
+  return ffi::Error::Success();
 }
 
 // Validates the norm operands shared by both directions; fills `shape`.

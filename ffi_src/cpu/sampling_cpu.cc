@@ -31,15 +31,22 @@ struct RowView {
   float m = -INFINITY;
 };
 
+// The logit the sampler sees: x + bias in float32 (no addition without a bias, so that -0 and
+// the results of the targets without one stay as they were).
 template <class T>
-void load_row(const T* x, int64_t cols, RowView* rv) {
+float logit(const T* x, const float* bias, int64_t c) {
+  return bias ? to_float(x[c]) + bias[c] : to_float(x[c]);
+}
+
+template <class T>
+void load_row(const T* x, const float* bias, int64_t cols, RowView* rv) {
   rv->v.resize(cols);
   rv->key.resize(cols);
   float m = -INFINITY;
-  for (int64_t c = 0; c < cols; ++c) m = std::max(m, sampling::sampling_value(to_float(x[c]), false));
+  for (int64_t c = 0; c < cols; ++c) m = std::max(m, sampling::sampling_value(logit(x, bias, c), false));
   const bool inf_row = m == INFINITY;
   for (int64_t c = 0; c < cols; ++c) {
-    rv->v[c] = sampling::sampling_value(to_float(x[c]), inf_row);
+    rv->v[c] = sampling::sampling_value(logit(x, bias, c), inf_row);
     rv->key[c] = sampling::order_key(float_bits(rv->v[c]));
   }
   rv->m = inf_row ? 0.0f : m;
@@ -86,8 +93,8 @@ bool kept(const RowView& rv, const RowParams& q, uint32_t t, int64_t c) {
 }
 
 template <class T>
-int32_t sample_row(const T* x, int64_t cols, const RowParams& q, RowView* rv) {
-  load_row(x, cols, rv);
+int32_t sample_row(const T* x, const float* bias, int64_t cols, const RowParams& q, RowView* rv) {
+  load_row(x, bias, cols, rv);
   if (rv->m == -INFINITY) return -1;
   if (q.greedy) {
     int64_t best = 0;
@@ -120,29 +127,47 @@ RowParams params_of(int64_t r, const SamplingOperands& o) {
       o.has_keys ? static_cast<const uint32_t*>(o.keys.data) : nullptr, o.keys.n, o.keys.width);
 }
 
-ffi::Error SampleCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
-                     ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p,
-                     ffi::Result<ffi::AnyBuffer> tokens) {
-  SamplingOperands o;
-  JN_RETURN_IF_ERROR(sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o));
+ffi::Error sample_rows(ffi::ThreadPool& pool, const ffi::AnyBuffer& x, const SamplingOperands& o,
+                       ffi::Result<ffi::AnyBuffer>& tokens) {
   const Rows s = o.shape;
   int32_t* out = static_cast<int32_t*>(tokens->untyped_data());
+  const bool* fin = o.has_finished ? static_cast<const bool*>(o.finished.data) : nullptr;
+  const int32_t* end_id = static_cast<const int32_t*>(o.end_id.data);
   return dispatch_float<CpuTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.untyped_data());
     parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
       RowView rv;
-      for (int64_t r = begin; r < end; ++r) out[r] = sample_row(xp + r * s.cols, s.cols, params_of(r, o), &rv);
+      for (int64_t r = begin; r < end; ++r) {
+        if (sampling::forced_token(r, s.rows, fin, o.finished.n, end_id, o.end_id.n, &out[r])) continue;
+        out[r] = sample_row(xp + r * s.cols, o.bias, s.cols, params_of(r, o), &rv);
+      }
     });
     return ffi::Error::Success();
   });
 }
 
-ffi::Error FilterCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
-                     ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
+ffi::Error SampleCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                     ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p,
+                     ffi::Result<ffi::AnyBuffer> tokens) {
   SamplingOperands o;
-  JN_RETURN_IF_ERROR(sampling_operands(x, nullptr, nullptr, top_k, top_p, log_min_p, &o));
+  JN_RETURN_IF_ERROR(sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o));
+  return sample_rows(pool, x, o, tokens);
+}
+
+ffi::Error SampleV2Cpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                       ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
+                       ffi::AnyBuffer finished, ffi::AnyBuffer end_id, ffi::Result<ffi::AnyBuffer> tokens) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(
+      sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id}));
+  return sample_rows(pool, x, o, tokens);
+}
+
+ffi::Error filter_rows(ffi::ThreadPool& pool, const ffi::AnyBuffer& x, const SamplingOperands& o,
+                       ffi::Result<ffi::AnyBuffer>& filtered) {
   const Rows s = o.shape;
+  const float* bias = o.bias;
   return dispatch_float<CpuTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.untyped_data());
@@ -154,15 +179,30 @@ ffi::Error FilterCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_
         const RowParams q = params_of(r, o);
         const T* xr = xp + r * s.cols;
         T* yr = yp + r * s.cols;
-        load_row(xr, s.cols, &rv);
+        load_row(xr, bias, s.cols, &rv);
         const uint32_t t = rv.m == -INFINITY ? 0xffffffffu : key_threshold(rv, q);
         for (int64_t c = 0; c < s.cols; ++c) {
-          yr[c] = rv.m != -INFINITY && rv.v[c] != -INFINITY && kept(rv, q, t, c) ? xr[c] : neg_inf;
+          const bool keep = rv.m != -INFINITY && rv.v[c] != -INFINITY && kept(rv, q, t, c);
+          yr[c] = !keep ? neg_inf : bias ? from_float<T>(logit(xr, bias, c)) : xr[c];
         }
       }
     });
     return ffi::Error::Success();
   });
+}
+
+ffi::Error FilterCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                     ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, nullptr, nullptr, top_k, top_p, log_min_p, &o));
+  return filter_rows(pool, x, o, filtered);
+}
+
+ffi::Error FilterV2Cpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                       ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> filtered) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, nullptr, nullptr, top_k, top_p, log_min_p, &o, {&bias}));
+  return filter_rows(pool, x, o, filtered);
 }
 
 ffi::Error TopKCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> indices, int64_t k) {
@@ -193,7 +233,11 @@ ffi::Error TopKCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleCpu, SampleCpu, sample_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleV2Cpu, SampleV2Cpu,
+                              sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCpu, FilterCpu, filter_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterV2Cpu, FilterV2Cpu,
+                              filter_v2_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormTopKCpu, TopKCpu, top_k_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 }  // namespace jaxnorm

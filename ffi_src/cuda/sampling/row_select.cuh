@@ -14,12 +14,19 @@
 // (v - max) / T, then 8 key bits a pass inside the chosen bin. kTopK (the k largest in lax.top_k's
 // order) selects with count_select on the raw key, which orders NaN and -0 as lax.top_k does and
 // needs no row maximum, then on the index among ties; CTA 0 bitonic-sorts the k winners.
+//
+// The logits update of a decoding loop rides on the same read (kBias: the sampling modes with an
+// output bias): every pass sees logits + bias in float32. Its shared-memory copy holds those sums
+// as floats (a 16-bit row takes twice the shared memory, so a wider cluster), so the bias, a
+// [vocab] vector that all rows share and L2 keeps, is read once per row like the logits. A
+// finished row (kSample) writes its end_id and reads nothing.
 #pragma once
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/sampling_math.h"
 #include "cuda/device_types.cuh"
@@ -54,6 +61,11 @@ struct SelectArgs {
   int64_t n_p;
   const float* log_min_p;
   int64_t n_m;
+  const float* bias;       // kBias: (C) f32
+  const bool* finished;    // kSample: (n_fin) or null
+  int64_t n_fin;
+  const int32_t* end_id;   // (n_end), with finished
+  int64_t n_end;
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
@@ -327,22 +339,52 @@ __device__ Threshold select_threshold(const cg::cluster_group& cl, SelectShared&
   return t;
 }
 
-template <class T, int kMode>
-__global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
+// The element type of the shared-memory copy: the logits as loaded, or their float sums with
+// the bias.
+template <class T, bool kBias>
+using Held = std::conditional_t<kBias, float, T>;
+
+// Sampling and the bias variants ask for 3 CTAs an SM (<= 80 registers, no spills with nvcc 13;
+// what the shared memory of a 32 KB chunk allows): without it ptxas gave the sampler 92 registers
+// once the finished-row test was in, 2 CTAs an SM. The other instances keep ptxas's choice.
+template <class T, int kMode, bool kBias = false>
+__global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) select_rows(const SelectArgs<T> a) {
+  static_assert(!kBias || kMode != kTopK, "top_k takes no bias");
+  using S = Held<T, kBias>;
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ SelectShared sh;
   const cg::cluster_group cl = cg::this_cluster();
   const int rank = static_cast<int>(cl.block_rank());
   const int64_t c0 = min(a.cols, rank * a.chunk);
   const int n = static_cast<int>(min(a.cols, c0 + a.chunk) - c0);
-  T* smem_chunk = reinterpret_cast<T*>(dyn);
+  S* smem_chunk = reinterpret_cast<S*>(dyn);
   unsigned long long* cand = reinterpret_cast<unsigned long long*>(dyn + a.cand_offset);
   if (threadIdx.x == 0) sh.ncand = 0;
   int phase = 0;
+  const float* gbias = kBias ? a.bias + c0 : nullptr;
 
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    if constexpr (kMode == kSample) {
+      // The same decision in every CTA of the cluster (a per-row value), so none waits at a
+      // cluster barrier the others skip.
+      int32_t forced;
+      if (forced_token(r, a.rows, a.finished, a.n_fin, a.end_id, a.n_end, &forced)) {
+        if (rank == 0 && threadIdx.x == 0) static_cast<int32_t*>(a.out)[r] = forced;
+        continue;
+      }
+    }
     const T* grow = a.x + r * a.cols + c0;
-    const T* src = a.resident ? smem_chunk : grow;
+    // What the passes read: the held chunk, or (not resident) the row in global memory, which
+    // with a bias is the logits alone (logit() adds the bias then).
+    const S* src = a.resident ? smem_chunk : reinterpret_cast<const S*>(grow);
+    // Element i of this CTA's chunk as the sampler sees it (the bias added).
+    auto logit = [&](int i) -> float {
+      if constexpr (kBias) {
+        return a.resident ? src[i] : to_float(grow[i]) + gbias[i];
+      } else {
+        return to_float(src[i]);
+      }
+    };
     float lmax = -INFINITY;
     if (a.resident) {
       constexpr int N = kVecOf<T>;
@@ -350,19 +392,35 @@ __global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
       if (a.vec) {
         for (int pk = threadIdx.x; pk < n / N; pk += kThreads) {
           const Pack<T, N> v = load_raw<T, N>(grow + pk * N);
-          *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v;
+          if constexpr (kBias) {
+            float b[N];
+            load_pack<float, N>(gbias + pk * N, b);
+            Pack<float, N> sum;
 #pragma unroll
-          for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(to_float(v.v[j]), false));
+            for (int j = 0; j < N; ++j) sum.v[j] = to_float(v.v[j]) + b[j];
+            *reinterpret_cast<Pack<float, N>*>(smem_chunk + pk * N) = sum;
+#pragma unroll
+            for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(sum.v[j], false));
+          } else {
+            *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v;
+#pragma unroll
+            for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(to_float(v.v[j]), false));
+          }
         }
         i0 = n / N * N;
       }
       for (int i = i0 + threadIdx.x; i < n; i += kThreads) {
         const T v = grow[i];
-        smem_chunk[i] = v;
-        lmax = fmaxf(lmax, sampling_value(to_float(v), false));
+        if constexpr (kBias) {
+          smem_chunk[i] = to_float(v) + gbias[i];
+          lmax = fmaxf(lmax, sampling_value(smem_chunk[i], false));
+        } else {
+          smem_chunk[i] = v;
+          lmax = fmaxf(lmax, sampling_value(to_float(v), false));
+        }
       }
     } else if (kMode != kTopK) {
-      for (int i = threadIdx.x; i < n; i += kThreads) lmax = fmaxf(lmax, sampling_value(to_float(grow[i]), false));
+      for (int i = threadIdx.x; i < n; i += kThreads) lmax = fmaxf(lmax, sampling_value(logit(i), false));
     }
     __syncthreads();
 
@@ -437,7 +495,7 @@ __global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
       float m = cluster_max(cl, sh, phase, lmax);
       const bool inf_row = m == INFINITY;
       if (inf_row) m = 0.0f;
-      auto value_of = [&](int i) { return sampling_value(to_float(src[i]), inf_row); };
+      auto value_of = [&](int i) { return sampling_value(logit(i), inf_row); };
       const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
                                      a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
       // s, value bin and key of token i
@@ -467,7 +525,12 @@ __global__ void __launch_bounds__(kThreads) select_rows(const SelectArgs<T> a) {
         const T neg_inf = from_float<T>(-INFINITY);
         for (int i = threadIdx.x; i < n; i += kThreads) {
           float s;
-          out[i] = kept_token(i, s) && s != -INFINITY ? src[i] : neg_inf;  // NaN out as -inf
+          const bool keep = kept_token(i, s) && s != -INFINITY;  // NaN out as -inf
+          if constexpr (kBias) {
+            out[i] = keep ? from_float<T>(logit(i)) : neg_inf;
+          } else {
+            out[i] = keep ? src[i] : neg_inf;
+          }
         }
       } else {
         float best = -INFINITY;

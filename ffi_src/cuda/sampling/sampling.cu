@@ -19,26 +19,27 @@ struct Plan {
   size_t dyn_smem = 0;
 };
 
-template <class T>
+// Sized by the element type the chunk is held in (S: float with a bias), aligned for loads of T.
+template <class T, class S>
 Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
   Plan p;
-  const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(T));
+  const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(S));
   while (p.cluster < kMaxCluster && bytes > kChunkBytes * p.cluster) p.cluster *= 2;
   constexpr int64_t N = kVecOf<T>;
   a->chunk = ceil_div(ceil_div(a->cols, p.cluster), N) * N;
-  const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(T));
+  const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(S));
   a->resident = chunk_bytes <= kMaxResidentBytes;
-  a->vec = bytes % 16 == 0;
+  a->vec = a->cols * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   a->cand_offset = a->resident ? ceil_div(chunk_bytes, 16) * 16 : 0;
   p.dyn_smem = static_cast<size_t>(a->cand_offset + extra_smem);
   return p;
 }
 
-template <class T, int kMode>
+template <class T, int kMode, bool kBias = false>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
-  const Plan p = plan_rows(&a, extra_smem);
-  auto kernel = select_rows<T, kMode>;
+  const Plan p = plan_rows<T, Held<T, kBias>>(&a, extra_smem);
+  auto kernel = select_rows<T, kMode, kBias>;
   cudaError_t e = allow_smem(kernel, p.dyn_smem);
   if (e == cudaSuccess) e = allow_cluster(kernel, p.cluster);
   if (e != cudaSuccess) return cuda_error(e, what);
@@ -60,8 +61,24 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
   a.top_k = static_cast<const int32_t*>(o.top_k.data), a.n_k = o.top_k.n;
   a.top_p = static_cast<const float*>(o.top_p.data), a.n_p = o.top_p.n;
   a.log_min_p = static_cast<const float*>(o.log_min_p.data), a.n_m = o.log_min_p.n;
+  a.bias = o.bias;
+  if (o.has_finished) {
+    a.finished = static_cast<const bool*>(o.finished.data), a.n_fin = o.finished.n;
+    a.end_id = static_cast<const int32_t*>(o.end_id.data), a.n_end = o.end_id.n;
+  }
   a.out = out;
   return a;
+}
+
+// The sampling modes, with the kernel that holds logits + bias when there is a bias.
+template <int kMode>
+ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const SamplingOperands& o, void* out,
+                           const char* what) {
+  return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const SelectArgs<T> a = select_args<T>(x, o, out);
+    return o.bias ? launch_select<T, kMode, true>(stream, a, 0, what) : launch_select<T, kMode>(stream, a, 0, what);
+  });
 }
 
 ffi::Error SampleCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
@@ -69,20 +86,30 @@ ffi::Error SampleCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys
                       ffi::Result<ffi::AnyBuffer> tokens) {
   SamplingOperands o;
   JN_RETURN_IF_ERROR(sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o));
-  return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_select<T, kSample>(stream, select_args<T>(x, o, tokens->untyped_data()), 0, "sample");
-  });
+  return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample");
+}
+
+ffi::Error SampleV2Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                        ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
+                        ffi::AnyBuffer finished, ffi::AnyBuffer end_id, ffi::Result<ffi::AnyBuffer> tokens) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(
+      sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id}));
+  return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample");
 }
 
 ffi::Error FilterCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
                       ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
   SamplingOperands o;
   JN_RETURN_IF_ERROR(sampling_operands(x, nullptr, nullptr, top_k, top_p, log_min_p, &o));
-  return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_select<T, kFilter>(stream, select_args<T>(x, o, filtered->untyped_data()), 0, "filter_logits");
-  });
+  return launch_sampling<kFilter>(stream, x, o, filtered->untyped_data(), "filter_logits");
+}
+
+ffi::Error FilterV2Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                        ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> filtered) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, nullptr, nullptr, top_k, top_p, log_min_p, &o, {&bias}));
+  return launch_sampling<kFilter>(stream, x, o, filtered->untyped_data(), "filter_logits");
 }
 
 ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> indices, int64_t k) {
@@ -109,8 +136,14 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleCuda, SampleCuda,
                               sample_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleV2Cuda, SampleV2Cuda,
+                              sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCuda, FilterCuda,
                               filter_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterV2Cuda, FilterV2Cuda,
+                              filter_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormTopKCuda, TopKCuda,
                               top_k_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
