@@ -60,7 +60,11 @@ def _residual_sum(x, residual, residual_dtype):
     h_dtype = x.dtype if residual_dtype is None else residual_dtype
     dt = jnp.promote_types(jnp.promote_types(_compute_dtype(x), _compute_dtype(residual)), jnp.dtype(h_dtype))
     exact = x.astype(dt) + residual.astype(dt)
-    hc = exact + jax.lax.stop_gradient(exact.astype(h_dtype).astype(dt) - exact)
+    # Rounded by reduce_precision, not a cast there and back, which XLA on GPU may drop (excess
+    # precision): the reference's y was then the norm of the unrounded sum.
+    fi = jnp.finfo(h_dtype)
+    rounded = jax.lax.reduce_precision(exact, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
+    hc = exact + jax.lax.stop_gradient(rounded - exact)
     return hc.astype(h_dtype), hc
 
 
