@@ -92,7 +92,7 @@ _CE_ATTRS = ("label_smoothing", "z_loss", "ignore_index", "has_mask")
 # least _CE_MIN_CHUNK when that gives the grid _CE_CTAS CTAs; _CE_CHUNK is one step of a CTA over
 # 16-bit logits), which write partial statistics to the workspace, (rows, chunks, 4) f32: 1/2048
 # of bf16 logits. Rows of one chunk are not split.
-_CE_CHUNK, _CE_MIN_CHUNK, _CE_CTAS = 12288, 2048, 4096
+_CE_CHUNK, _CE_MIN_CHUNK, _CE_CTAS = 16384, 2048, 4096
 
 
 def ce_chunks(rows: int, cols: int) -> int:

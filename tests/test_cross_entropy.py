@@ -164,9 +164,9 @@ def test_split_rows(dtype, option, cols, rng):
 @pytest.mark.wide
 @pytest.mark.parametrize("shape,dtype", [((1400, 33000), "float32"), ((820, 70001), "bfloat16")], ids=str)
 def test_split_rows_many(shape, dtype, rng):
-    """Enough rows that the chunks keep their full width (3 of 11000, 6 of 11667 columns): the
-    forward's CTAs loop over several steps before merging (float32's of 6144 columns, a partial
-    last one; 70001 bf16 columns take the unpacked kernels, steps of 1536)."""
+    """Enough rows that the chunks keep their full width (3 of 11000, 5 of 14001 columns): the
+    forward's CTAs loop over several steps before merging (float32's of 8192 columns, a partial
+    last one; 70001 bf16 columns take the unpacked kernels, steps of 2048)."""
     x = make_logits(rng, shape, DTYPES[dtype])
     check(x, make_labels(rng, shape[:1], shape[1]), rng, label_smoothing=0.1)
 

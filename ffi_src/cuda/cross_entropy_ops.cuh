@@ -199,14 +199,14 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(BwdArgs<T> a, Divisor<I> 
 // Packs a thread has in flight per step of the chunk kernels: four 16-byte packs (a 256-thread
 // CTA reads 16 KB a step), or eight elements when the row is not 16-byte aligned. The forward
 // folds each pack into its statistics as it converts it, so it holds packs as loaded (a quarter
-// of the registers of floats for 16-bit logits) and keeps six in flight.
+// of the registers of floats for 16-bit logits) and keeps eight in flight.
 template <int N>
 constexpr int kChunkPacks = N == 1 ? 8 : 4;
-constexpr int kFwdChunkPacks = 6;
-// Resident CTAs per SM the chunk kernels' registers must allow, the most without spills (ptxas
-// -v; the masked 16-bit backward still spills 52 bytes at 3): 72-64 KB in flight per SM. At 2
-// CTAs (97-115 registers) the backward read 1.88 TB/s; eight packs at 3 CTAs spilled (17M local
-// requests a call at 8192 x 128256) and read 2.6 TB/s (results/h100-cross-entropy.md).
+constexpr int kFwdChunkPacks = 8;
+// Resident CTAs per SM the chunk kernels' registers must allow (ptxas -v; the bf16 forward
+// spills 22 bytes at 3, the masked 16-bit backward 52): 96-128 KB in flight per SM. At 2-3
+// CTAs (80-115 registers) the backward read 1.88 TB/s and a forward holding 32 floats a thread
+// 1.81 TB/s (results/h100-cross-entropy.md).
 constexpr int kFwdChunkCtas = 3;
 constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
 
