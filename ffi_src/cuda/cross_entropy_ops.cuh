@@ -203,10 +203,10 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(BwdArgs<T> a, Divisor<I> 
 template <int N>
 constexpr int kChunkPacks = N == 1 ? 8 : 4;
 constexpr int kFwdChunkPacks = 8;
-// Resident CTAs per SM the chunk kernels' registers must allow (ptxas -v; the bf16 forward
-// spills 22 bytes at 3, the masked 16-bit backward 52): 96-128 KB in flight per SM. At 2-3
-// CTAs (80-115 registers) the backward read 1.88 TB/s and a forward holding 32 floats a thread
-// 1.81 TB/s (results/h100-cross-entropy.md).
+// Resident CTAs per SM the chunk kernels' registers must allow (ptxas -v): 96-128 KB in flight
+// per SM. At 2 CTAs (97-115 registers) the backward read 1.88 TB/s. The forward's eight packs
+// at 3 CTAs spill 22 bytes (bf16) and still beat both spill-free settings: 815 us at 8192 x
+// 128256 against 898 (six packs, 3 CTAs) and 904 (four, 4 CTAs; results/h100-cross-entropy.md).
 constexpr int kFwdChunkCtas = 3;
 constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
 
