@@ -203,11 +203,13 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(BwdArgs<T> a, Divisor<I> 
 template <int N>
 constexpr int kChunkPacks = N == 1 ? 8 : 4;
 constexpr int kFwdChunkPacks = 8;
-// Resident CTAs per SM the chunk kernels' registers must allow (ptxas -v): 96-128 KB in flight
-// per SM. At 2 CTAs (97-115 registers) the backward read 1.88 TB/s. The forward's eight packs
-// at 3 CTAs spill 22 bytes (bf16) and still beat both spill-free settings: 815 us at 8192 x
-// 128256 against 898 (six packs, 3 CTAs) and 904 (four, 4 CTAs; results/h100-cross-entropy.md).
-constexpr int kFwdChunkCtas = 3;
+// Resident CTAs per SM the chunk kernels' registers must allow, the most without spills (ptxas
+// -v; the masked 16-bit kernels still spill at 3): 96-128 KB in flight per SM. At 2 CTAs
+// (97-115 registers) the backward read 1.88 TB/s. The forward's eight packs fit 4 CTAs once the
+// columns inside a chunk are 32-bit offsets and bf16 is widened by byte permutes; before, at 3
+// CTAs with a 22-byte spill, it read 2.58 TB/s and still beat spill-free six packs at 3 CTAs
+// and four at 4 (898, 904 against 815 us at 8192 x 128256; results/h100-cross-entropy.md).
+constexpr int kFwdChunkCtas = 4, kFwdMaskedChunkCtas = 3;
 constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
 
 // A CTA's share of a row: columns [begin, end) of row `row`, chunks of `width` columns.
@@ -256,28 +258,34 @@ __device__ __forceinline__ bool fold_finite_pack(CeStats& acc, const float (&v)[
 // The statistics of one chunk of a row into partials[block], each pack folded in as it is
 // converted, then merged across the CTA in a fixed order.
 template <class T, int N, Fold kFold>
-__global__ void __launch_bounds__(kThreads, kFwdChunkCtas) fwd_chunk_kernel(CrossEntropyFwdOp<T> op, int64_t chunks,
+__global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdMaskedChunkCtas : kFwdChunkCtas) fwd_chunk_kernel(CrossEntropyFwdOp<T> op, int64_t chunks,
                                                                             int64_t width, CeStats* partials) {
   constexpr int P = kFwdChunkPacks;
   constexpr int kStep = kThreads * P * N;
   const Chunk c = chunk_of(blockIdx.x, chunks, width, op.cols);
-  const T* x = op.x + c.row * op.cols;
+  // Offsets inside the chunk in 32 bits from the thread's first element: no 64-bit column per
+  // pack (registers the eight packs in flight need).
+  const int64_t first = c.begin + threadIdx.x * N;
+  const T* x = op.x + c.row * op.cols + first;
+  const int len = static_cast<int>(c.end - first);
   CeStats acc = CrossEntropyFwdOp<T>::identity();
-  for (int64_t base = c.begin; base < c.end; base += kStep) {
+  for (int base = 0; base < len; base += kStep) {
     Pack<T, N> raw[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int64_t col = base + (p * kThreads + threadIdx.x) * N;
-      if (col < c.end) raw[p] = load_raw<T, N>(x + col);
-    }
+    for (int p = 0; p < P; ++p)
+      if (base + p * kThreads * N < len) raw[p] = load_raw<T, N>(x + base + p * kThreads * N);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const int64_t col = base + (p * kThreads + threadIdx.x) * N;
-      if (col < c.end) {
+      const int off = base + p * kThreads * N;
+      if (off < len) {
         float v[1][N];
-        op.convert(c.row, col, raw[p], v[0]);
-        if (kFold == Fold::kGeneral || !fold_finite_pack<T, N, kFold == Fold::kWithSum>(acc, v[0]))
-          acc = ce_merge(acc, op.thread_stats(v, {true}));
+        if constexpr (kFold == Fold::kGeneral) {
+          op.convert(c.row, first + off, raw[p], v[0]);
+        } else {
+          unpack_again(raw[p], v[0]);  // convert() without a mask (bf16: a byte permute an element)
+          if (fold_finite_pack<T, N, kFold == Fold::kWithSum>(acc, v[0])) continue;
+        }
+        acc = ce_merge(acc, op.thread_stats(v, {true}));
       }
     }
   }
