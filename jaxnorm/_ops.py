@@ -110,16 +110,20 @@ def _ce_fwd_workspace(avals_in, params, platform):
     return [ShapedArray((rows, ce_chunks(rows, cols) if platform == "cuda" else 0, 4), F32)]
 
 
-# Version 2 of the forward target: version 1 ("jaxnorm_cross_entropy_fwd", no workspace) stays
-# registered for old artifacts (README, Export).
-CROSS_ENTROPY_FWD = FfiOp(
-    name="jaxnorm_cross_entropy_fwd_v2",
-    operands=("R,C", "R", "R,C?"),  # logits, labels (int32), mask
-    results=(("R", F32), ("R,2", F32)),  # loss, stats = (lse, kept count)
-    attrs=_CE_ATTRS,
-    workspace=_ce_fwd_workspace,
-    row_sharded=True,
-)
+def _cross_entropy_fwd(version):
+    return FfiOp(
+        name="jaxnorm_cross_entropy_fwd" + ("_v2" if version == 2 else ""),
+        operands=("R,C", "R", "R,C?"),  # logits, labels (int32), mask
+        results=(("R", F32), ("R,2", F32)),  # loss, stats = (lse, kept count)
+        attrs=_CE_ATTRS,
+        workspace=_ce_fwd_workspace if version == 2 else None,
+        row_sharded=True,
+    )
+
+
+# Version 2 of the forward target adds the workspace; version 1 stays registered for artifacts
+# exported before FFI version 4 (README, Export), its rows never split.
+CROSS_ENTROPY_FWD_V1, CROSS_ENTROPY_FWD = _cross_entropy_fwd(1), _cross_entropy_fwd(2)
 CROSS_ENTROPY_BWD = FfiOp(
     name="jaxnorm_cross_entropy_bwd",
     operands=("R,C", "R", "R,2", "R", "R,C?"),  # logits, labels, stats, dloss (f32), mask
@@ -287,6 +291,7 @@ add_norm_fwd_p = make_primitive(ADD_NORM_FWD)
 add_norm_bwd_p = make_primitive(ADD_NORM_BWD)
 softmax_fwd_p = make_primitive(SOFTMAX_FWD)
 softmax_bwd_p = make_primitive(SOFTMAX_BWD)
+cross_entropy_fwd_v1_p = make_primitive(CROSS_ENTROPY_FWD_V1)  # artifacts before FFI version 4 only
 cross_entropy_fwd_p = make_primitive(CROSS_ENTROPY_FWD)
 cross_entropy_bwd_p = make_primitive(CROSS_ENTROPY_BWD)
 sample_v1_p = make_primitive(SAMPLE)  # artifacts before FFI version 4 only

@@ -80,7 +80,11 @@ def _cross_entropy(a):
     loss = lambda x: jnp.sum(jnp.sin(jaxnorm.softmax_cross_entropy(x, labels, where=x > -2.0, label_smoothing=0.1,
                                                                     z_loss=1e-4, ignore_index=-100)))
     value, dlogits = jax.value_and_grad(loss)(logits)
-    return {"cross_entropy": value, "cross_entropy_dlogits": dlogits}
+    # The first forward target, as an artifact exported before FFI version 4 calls it: kept
+    # registered, so its signature stays pinned and its handlers run here.
+    loss_v1, _ = _ops.cross_entropy_fwd_v1_p.bind(logits, labels.astype(jnp.int32), logits > -2.0, label_smoothing=0.1,
+                                                   z_loss=1e-4, ignore_index=-100, has_mask=True)
+    return {"cross_entropy": value, "cross_entropy_dlogits": dlogits, "cross_entropy_v1": loss_v1}
 
 
 def _sampling(a):

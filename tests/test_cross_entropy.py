@@ -449,3 +449,19 @@ def test_bad_inputs(kwargs, error, match):
 def test_empty_batch():
     loss = jaxnorm.softmax_cross_entropy(jnp.zeros((0, 7), F32), jnp.zeros((0,), jnp.int32))
     assert loss.shape == (0,) and loss.dtype == F32
+
+
+@pytest.mark.parametrize("cols", [1000, 20000], ids=str)
+def test_first_forward_target(cols, rng):
+    """The superseded jaxnorm_cross_entropy_fwd (kept for artifacts before FFI version 4) computes
+    the same loss and saved statistics as its successor (on the GPU its rows are never split)."""
+    from jaxnorm import _ops
+
+    x = make_logits(rng, (5, cols), BF16)
+    labels = make_labels(rng, (5,), cols)
+    kw = dict(label_smoothing=0.1, z_loss=1e-4, ignore_index=-100, has_mask=False)
+    mask = jnp.zeros((0,), jnp.bool_)
+    loss1, stats1 = _ops.cross_entropy_fwd_v1_p.bind(x, labels, mask, **kw)
+    loss2, stats2 = _ops.cross_entropy_fwd_p.bind(x, labels, mask, **kw)
+    np.testing.assert_allclose(np.asarray(loss1), np.asarray(loss2), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(stats1), np.asarray(stats2), rtol=1e-5)
