@@ -63,72 +63,53 @@
 
 namespace jaxnorm {
 
+// N more AnyBuffer operands or results (N >= 1). A Binding cannot be moved: it is taken by
+// reference and each step returns the next one as a prvalue (so N == 1 ends the recursion).
+template <int N, class B>
+auto buffer_args(B&& b) {
+  if constexpr (N == 1) {
+    return std::move(b).template Arg<ffi::AnyBuffer>();
+  } else {
+    return buffer_args<N - 1>(std::move(b).template Arg<ffi::AnyBuffer>());
+  }
+}
+
+template <int N, class B>
+auto buffer_rets(B&& b) {
+  if constexpr (N == 1) {
+    return std::move(b).template Ret<ffi::AnyBuffer>();
+  } else {
+    return buffer_rets<N - 1>(std::move(b).template Ret<ffi::AnyBuffer>());
+  }
+}
+
+// The attributes of every norm target.
 template <class B>
-auto norm_fwd_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<float>("epsilon")
+auto norm_attrs(B&& b) {
+  return std::move(b).template Attr<float>("epsilon")
       .template Attr<bool>("centered")
       .template Attr<bool>("has_scale")
       .template Attr<bool>("has_bias");
+}
+
+template <class B>
+auto norm_fwd_signature(B b) {
+  return norm_attrs(buffer_rets<3>(buffer_args<3>(std::move(b))));
 }
 
 template <class B>
 auto norm_bwd_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<float>("epsilon")
-      .template Attr<bool>("centered")
-      .template Attr<bool>("has_scale")
-      .template Attr<bool>("has_bias")
-      .template Attr<bool>("memory_efficient");
+  return norm_attrs(buffer_rets<4>(buffer_args<6>(std::move(b)))).template Attr<bool>("memory_efficient");
 }
 
 template <class B>
 auto add_norm_fwd_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<float>("epsilon")
-      .template Attr<bool>("centered")
-      .template Attr<bool>("has_scale")
-      .template Attr<bool>("has_bias");
+  return norm_attrs(buffer_rets<4>(buffer_args<4>(std::move(b))));
 }
 
 template <class B>
 auto add_norm_bwd_signature(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<float>("epsilon")
-      .template Attr<bool>("centered")
-      .template Attr<bool>("has_scale")
-      .template Attr<bool>("has_bias")
+  return norm_attrs(buffer_rets<4>(buffer_args<7>(std::move(b))))
       .template Attr<bool>("memory_efficient")
       .template Attr<bool>("has_dh");
 }
@@ -315,33 +296,19 @@ auto cross_entropy_attrs(B b) {
 
 template <class B>
 auto cross_entropy_fwd_signature(B b) {
-  return cross_entropy_attrs(std::move(b).template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Ret<ffi::AnyBuffer>()
-                                 .template Ret<ffi::AnyBuffer>());
+  return cross_entropy_attrs(buffer_rets<2>(buffer_args<3>(std::move(b))));
 }
 
 // Version 2 adds a workspace result: the partial statistics of the chunks of wide rows, (rows,
 // chunks, 4) f32, the chunk count chosen by the lowering (0: rows are not split).
 template <class B>
 auto cross_entropy_fwd_v2_signature(B b) {
-  return cross_entropy_attrs(std::move(b).template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Ret<ffi::AnyBuffer>()
-                                 .template Ret<ffi::AnyBuffer>()
-                                 .template Ret<ffi::AnyBuffer>());
+  return cross_entropy_attrs(buffer_rets<3>(buffer_args<3>(std::move(b))));
 }
 
 template <class B>
 auto cross_entropy_bwd_signature(B b) {
-  return cross_entropy_attrs(std::move(b).template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Arg<ffi::AnyBuffer>()
-                                 .template Ret<ffi::AnyBuffer>());
+  return cross_entropy_attrs(buffer_rets<1>(buffer_args<5>(std::move(b))));
 }
 
 // The shapes one padding copy moves between: P parts (B, H, L, D) <-> packed (T, P * H * D), of
