@@ -159,7 +159,6 @@ template <class D>
 struct StoreDx {
   D* dx;
   __device__ void prefetch(int64_t, int64_t, int64_t, int, int) const {}
-  __device__ void prefetch_pack(int64_t) const {}
   template <int N>
   __device__ void store(int64_t at, const float (&v)[N]) const {
     store_pack<D, N>(dx + at, v);
@@ -173,19 +172,14 @@ struct StorePlusDh {
   __device__ void prefetch(int64_t row0, int64_t nrows, int64_t cols, int part, int parts) const {
     prefetch_l2_rows(dh, row0, nrows, cols, part, parts);
   }
-  // With the pack's other loads: dh is read only at the store, after the row's reduction, where a
-  // load may not move above the previous pack's dx store (they could alias) and would wait on
-  // DRAM one pack at a time; fetched into L2 here, it waits on L2. Holding it in registers
-  // instead would cost a pack's floats per pack.
-  __device__ void prefetch_pack(int64_t at) const {
-    if (dh != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(dh + at));
-  }
   template <int N>
   __device__ void store(int64_t at, const float (&v)[N]) const {
     float out[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = v[i];
     if (dh != nullptr) {
+      // Through the read-only path: a plain load may not move above the previous pack's dx store
+      // (they could alias), which would leave one pack's load in flight per thread at a time.
       float add[N];
       unpack(load_raw_nc<D, N>(dh + at), add);
 #pragma unroll
@@ -238,7 +232,6 @@ struct NormBwdOp {
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
     load_pack<A, N>(xin + row * cols + col, a);
     load_pack<T, N>(dy + row * cols + col, d);
-    dx.prefetch_pack(row * cols + col);
   }
 
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
