@@ -317,10 +317,12 @@ def test_bias_is_sampling_the_float32_sum(dtype, bias_dtype, kw, rng):
 @pytest.mark.parametrize("kw", [dict(), dict(top_k=6), dict(top_p=0.7), dict(temperature=0.6, min_p=0.05)], ids=str)
 def test_bias_frequencies(dtype, kw, rng):
     """The draws follow reference.sampling_probs(row, bias=...), which the bias moves far from the
-    unbiased distribution (so a sampler ignoring the bias fails)."""
+    unbiased distribution (so a sampler ignoring the bias fails): row + bias = -row plus a small
+    random spread, so the likeliest tokens become the least likely (a random bias could leave
+    both distributions on the same single token under min_p and a low temperature)."""
     vocab = 24
     row = logits_of(rng, (vocab,), DTYPES[dtype], scale=1.5)
-    bias = jnp.asarray(rng.permutation(np.linspace(-3.0, 3.0, vocab)), jnp.float32)
+    bias = jnp.asarray(-2.0 * np.asarray(row, np.float64) + rng.uniform(-0.1, 0.1, vocab), jnp.float32)
     probs = np.asarray(reference.sampling_probs(row, bias=bias, **kw), np.float64)
     unbiased = np.asarray(reference.sampling_probs(row, **kw), np.float64)
     assert 0.5 * np.abs(probs - unbiased).sum() > 0.2
