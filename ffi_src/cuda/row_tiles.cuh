@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
     const int stage = kStages > 0 ? iter % kStages : 0;
-    if constexpr (kStages > 0) wait_phase(&full[stage], (iter / kStages) & 1);
+    if constexpr (kStages > 0) wait_one_warp(&full[stage], (iter / kStages) & 1);
     Pack<T, V> raw[kPacks];
     float v[kPacks][V];
     bool ok[kPacks];
