@@ -94,20 +94,6 @@ __device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned pha
       : "memory");
 }
 
-// Knob for A/B runs: -DJAXNORM_ONE_WAITER=1 has one warp poll an mbarrier while the CTA's other
-// warps wait at a CTA barrier, which issues nothing.
-#ifndef JAXNORM_ONE_WAITER
-#define JAXNORM_ONE_WAITER 0
-#endif
-__device__ __forceinline__ void wait_one_warp(unsigned long long* bar, unsigned phase) {
-  if constexpr (JAXNORM_ONE_WAITER != 0) {
-    if (threadIdx.x < 32) wait_phase(bar, phase);
-    __syncthreads();
-  } else {
-    wait_phase(bar, phase);
-  }
-}
-
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else whole warps) and,
 // when kCluster > 1, over the kCluster CTAs of the cluster. Every thread of the CTA (and cluster)
 // must call it, with the worker's row count so far (0, 1, 2, ...): it contains barriers. A kernel
@@ -143,7 +129,7 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
         *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
         arrive_remote(&smem.arrived[parity], threadIdx.x);
       }
-      wait_one_warp(&smem.arrived[parity], (iter >> 1) & 1);
+      wait_phase(&smem.arrived[parity], (iter >> 1) & 1);
     } else {
       if (threadIdx.x < kCluster) *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
       cluster.sync();

@@ -49,14 +49,12 @@ struct FwdRunner {
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
     auto kernel = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = fwd_stage_smem<kBlock, kPacks, kCluster>();
-    static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
+    static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
     const int64_t workers = one_shot_grid<kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
                                                       : std::min<int64_t>(needed, resident);
-    return launch_with_smem(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, smem, stream, what, op, rows,
-                            cols);
+    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
   }
 
   template <int kTPR, int kBlock>

@@ -15,7 +15,6 @@
 #include <cstdint>
 
 #include "common/stats.h"
-#include "cuda/bulk_stage.cuh"
 #include "cuda/device_types.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_reduce.cuh"
@@ -91,46 +90,6 @@ constexpr int min_ctas_per_sm() {
   return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
 }
 
-extern __shared__ float4 jn_dynamic_smem[];
-
-// A cluster tile's worker stages its next rows in shared memory (bulk copies, bulk_stage.cuh):
-// the loads of row i + 1 are in flight while row i waits for its cluster's statistics and is
-// stored. Each CTA's part of pack p of a row is one contiguous span of kTPR packs, so a stage is
-// kPacks bulk copies. Knob for A/B runs: -DJAXNORM_FWD_STAGES=0 loads from global memory.
-#ifndef JAXNORM_FWD_STAGES
-#define JAXNORM_FWD_STAGES 2
-#endif
-template <int kCluster>
-constexpr int fwd_stages() {
-  return kCluster > 1 ? JAXNORM_FWD_STAGES : 0;
-}
-template <int kBlock, int kPacks, int kCluster>
-constexpr size_t fwd_stage_smem() {
-  return static_cast<size_t>(fwd_stages<kCluster>()) * kPacks * kBlock * 16;
-}
-
-// Thread 0 of a CTA asks for its part of `row` in stage `s` (every pack span inside the row).
-template <class T, int kTPR, int kPacks, int kCluster>
-__device__ __forceinline__ void stage_row(const T* x, int64_t row, int64_t cols, int s, unsigned long long* full) {
-  constexpr int V = kVecOf<T>;
-  const int rank = kCluster > 1 ? static_cast<int>(blockIdx.x % kCluster) : 0;
-  uint32_t bytes[kPacks], total = 0;
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int64_t col0 = pack_col<kTPR, kCluster, V>(p, rank * kTPR);
-    const int64_t n = cols > col0 ? min(cols - col0, static_cast<int64_t>(kTPR) * V) : 0;
-    bytes[p] = static_cast<uint32_t>(n * sizeof(T));
-    total += bytes[p];
-  }
-  mbarrier_arrive_expect_tx(&full[s], total);
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    if (bytes[p] > 0)
-      bulk_copy_g2s(jn_dynamic_smem + (s * kPacks + p) * kTPR, x + row * cols + pack_col<kTPR, kCluster, V>(p, rank * kTPR),
-                    bytes[p], &full[s]);
-  }
-}
-
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
@@ -141,30 +100,11 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
-  const int64_t first = (blockIdx.x / kCluster) * kRowsPerCta;
-  constexpr int kStages = fwd_stages<kCluster>();
-  static_assert(kStages == 0 || kTPR == kBlock, "a staged tile holds one row a CTA");
-  __shared__ unsigned long long full[kStages > 0 ? kStages : 1];  // mbarriers: stage s has landed
-  if constexpr (kStages > 0) {
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int s = 0; s < kStages; ++s) mbarrier_init(&full[s], 1);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int s = 0; s < kStages; ++s)
-        if (first + s * stride < rows) stage_row<T, kTPR, kPacks, kCluster>(op.x, first + s * stride, cols, s, full);
-    }
-  }
   row_reduce_init<kCluster>(red);
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
-  for (int64_t base = first; base < rows; base += stride, ++iter) {
+  for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, ++iter) {
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
-    const int stage = kStages > 0 ? iter % kStages : 0;
-    if constexpr (kStages > 0) wait_one_warp(&full[stage], (iter / kStages) & 1);
     Pack<T, V> raw[kPacks];
     float v[kPacks][V];
     bool ok[kPacks];
@@ -173,25 +113,16 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
       if (ok[p]) {
-        if constexpr (kStages > 0) {
-          raw[p] = *reinterpret_cast<const Pack<T, V>*>(jn_dynamic_smem + (stage * kPacks + p) * kTPR + threadIdx.x);
-        } else {
-          raw[p] = load_raw<T, V>(op.x + row * cols + col);
-        }
+        raw[p] = load_raw<T, V>(op.x + row * cols + col);
         op.convert(row, col, raw[p], v[p]);
       }
     }
-    if constexpr (kStages == 0) prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = [&] {
       if constexpr (holds_raw<Op>()) return op.thread_stats(raw, ok);
       else return op.thread_stats(v, ok);
     }();
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, iter);
-    // Every thread has read this stage (row_allreduce has a CTA barrier): refill it.
-    if constexpr (kStages > 0) {
-      const int64_t next = base + kStages * stride;
-      if (threadIdx.x == 0 && next < rows) stage_row<T, kTPR, kPacks, kCluster>(op.x, next, cols, stage, full);
-    }
     const auto r = op.finalize(s, mine, row, row_ok && t == 0);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -280,6 +211,8 @@ struct ColumnPartials {
     for (int i = 0; i < V; ++i) g[p][i] = gp[i], b[p][i] = bp[i];
   }
 };
+
+extern __shared__ float4 jn_dynamic_smem[];
 
 template <int kPacks, int V, int kBlock>
 struct ColumnPartials<kPacks, V, kBlock, true> {
