@@ -525,6 +525,11 @@ def memory_efficient_table(result: dict) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def section(title: str, table: str, intro: str) -> list[str]:
+    """A bench.md section's lines; none for an empty table."""
+    return [f"## {title}", "", intro, "", table, ""] if table else []
+
+
 def write_md(result: dict, out: str):
     env = result["env"]
     md = [
@@ -550,12 +555,10 @@ def write_md(result: dict, out: str):
     if result.get("copy_ceiling_Bps"):
         md += ["## Copy ceiling", "", f"y = x + 1 over 256 MiB of float32, device time: "
                f"{result['copy_ceiling_Bps'] / 1e12:.3f} TB/s", ""]
-    width = width_table(result)
-    if width:
-        md += ["## TB/s by width", "",
-               "The width sweep in effective TB/s (fewest bytes); QuACK: (J) its JAX binding timed "
-               "in this run, (T) its PyTorch kernels from quack_torch.py; jaxnorm / X is the ratio "
-               "of TB/s (> 1: jaxnorm faster); ! = failed check.", "", width, ""]
+    md += section("TB/s by width", width_table(result),
+                  "The width sweep in effective TB/s (fewest bytes); QuACK: (J) its JAX binding "
+                  "timed in this run, (T) its PyTorch kernels from quack_torch.py; jaxnorm / X is "
+                  "the ratio of TB/s (> 1: jaxnorm faster); ! = failed check.")
     if result["copy"]:
         md += ["## Copy baseline", "",
                "| dtype | shape | N | x * s time | x * s TB/s | jnp.copy time | jnp.copy TB/s | "
@@ -569,12 +572,10 @@ def write_md(result: dict, out: str):
         row.append(c.get("best", "error"))
         md.append("| " + " | ".join(row) + " |")
     md += ["", "## Summary", "", "```", pivot_tables(result), "```", ""]
-    me = memory_efficient_table(result)
-    if me:
-        md += ["## Memory-efficient mode", "",
-               "Norm forward+backward with `memory_efficient=True` (the backward reads y, not x) "
-               "against the default, timed in the same run: ratio = memory-efficient time / "
-               "default time.", "", me, ""]
+    md += section("Memory-efficient mode", memory_efficient_table(result),
+                  "Norm forward+backward with `memory_efficient=True` (the backward reads y, not x) "
+                  "against the default, timed in the same run: ratio = memory-efficient time / "
+                  "default time.")
     md += ["## All configurations", "", full_table(result), ""]
     errs = errors_list(result)
     if errs:
