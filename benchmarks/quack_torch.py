@@ -20,8 +20,8 @@ width sweep (2^27 elements per input), forward and forward+backward, the way QuA
 functions call them: `rmsnorm_fwd(x, w, store_rstd=True)` + `rmsnorm_bwd(x, w, dy, rstd)`;
 `layernorm_fwd(x, w, b, return_rstd=True, return_mean=True)` + `layernorm_bwd(x, w, dy, rstd,
 mean)`; `softmax_fwd(x)` + `softmax_bwd(dy, y)`. Weight and bias float32, as jaxnorm's; the
-forward stores the row statistics in both directions (4 bytes a row, so each width compiles one
-forward kernel; under 0.1% of the bytes at width 1024). The backward's kernels include the torch
+forward stores the row statistics in both directions (so each width compiles one forward kernel;
+4 bytes a row for RMSNorm, 8 for LayerNorm: at most 0.2% of the forward's bytes at width 1024). The backward's kernels include the torch
 sum of QuACK's per-SM weight-gradient partials. Bytes are bench.py's (jaxnorm/_timing.min_bytes),
 and every output (y, dx, dw, db) of the first input is checked against torch's float32 op and
 its autograd with bench.py's tolerances. bench.py --quack-json merges these rows into its table.
