@@ -351,20 +351,25 @@ def write_outputs(result: dict, args, plot: bool = False):
         print(write_plot(result, args.out))
 
 
-def merge_quack_torch(result: dict, path: str) -> int:
-    """Adds QuACK's PyTorch timings (quack_torch.py --ops rows) to the configurations of the same
-    op, direction, dtype and shape as implementation 'quack-torch': its time, TB/s on this
-    benchmark's byte counts, % of the copy ceiling that quack_torch.py measured in torch, and
-    its own check against torch's float32 op. Returns how many configurations got one."""
-    with open(path) as f:
-        qt = json.load(f)
-    ceiling = qt["copy_tb_s"] * 1e12
-    found = {(q["op"], q["direction"], q["dtype"], q["rows"], q["cols"]): q
-             for q in qt["results"] if q["op"] in T.OPS}
+def merge_quack_torch(result: dict, paths: list[str]) -> int:
+    """Adds QuACK's PyTorch timings (quack_torch.py --ops rows; several files from separate calls
+    may split the widths between them, a later file winning a configuration both have) to the
+    configurations of the same op, direction, dtype and shape as implementation 'quack-torch':
+    its time, TB/s on this benchmark's byte counts, % of the copy ceiling that its quack_torch.py
+    run measured in torch, and its own check against torch's float32 op. Returns how many
+    configurations got one."""
+    found, files = {}, []
+    for path in paths:
+        with open(path) as f:
+            qt = json.load(f)
+        files.append({k: qt.get(k) for k in ("device", "torch", "copy_tb_s", "method")} | {"path": str(path)})
+        for q in qt["results"]:
+            if q["op"] in T.OPS:
+                found[q["op"], q["direction"], q["dtype"], q["rows"], q["cols"]] = q, qt["copy_tb_s"] * 1e12
     merged = 0
     for rec in result["results"]:
         rows, cols = math.prod(rec["shape"][:-1]), rec["shape"][-1]
-        q = found.get((rec["op"], rec["direction"], rec["dtype"], rows, cols))
+        q, ceiling = found.get((rec["op"], rec["direction"], rec["dtype"], rows, cols), (None, None))
         if q is None:
             continue
         merged += 1
@@ -378,8 +383,7 @@ def merge_quack_torch(result: dict, path: str) -> int:
             "time_s": t, "bw_Bps": bw, "frac_copy": bw / ceiling, "source": "pytorch",
             "check": {"pass": q["ok"], "worst_ratio": q.get("worst_ratio"),
                       "detail": "against torch's float32 op, in quack_torch.py"}}
-    result["quack_torch"] = {k: qt.get(k) for k in ("device", "torch", "copy_tb_s", "method")}
-    result["quack_torch"].update(path=str(path), merged=merged)
+    result["quack_torch"] = {"files": files, "merged": merged}
     return merged
 
 
@@ -550,8 +554,9 @@ def write_md(result: dict, out: str):
     if qt:
         md += ["QuACK in PyTorch (`quack-torch`): " + (
             f"not merged: {qt['error']}" if "error" in qt else
-            f"{qt['merged']} configurations from {qt['path']} ({qt['device']}, torch {qt['torch']}; "
-            f"{qt['method']}; copy ceiling in torch {qt['copy_tb_s']:.2f} TB/s)"), ""]
+            f"{qt['merged']} configurations from " + "; ".join(
+                f"{f['path']} ({f['device']}, torch {f['torch']}; {f['method']}; copy ceiling in "
+                f"torch {f['copy_tb_s']:.2f} TB/s)" for f in qt["files"])), ""]
     if result.get("copy_ceiling_Bps"):
         md += ["## Copy ceiling", "", f"y = x + 1 over 256 MiB of float32, device time: "
                f"{result['copy_ceiling_Bps'] / 1e12:.3f} TB/s", ""]
@@ -688,8 +693,9 @@ def main(argv=None):
                    help="seconds after which remaining shapes are skipped and recorded (360; "
                         "the full run takes about 270 on an H100)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quack-json", help="quack_torch.json (quack_torch.py --ops rows): QuACK's "
-                                        "PyTorch timings, shown as the quack-torch column")
+    p.add_argument("--quack-json", nargs="+", metavar="FILE",
+                   help="quack_torch.json files (quack_torch.py --ops rows): QuACK's PyTorch "
+                        "timings, shown as the quack-torch column")
     p.add_argument("--render", metavar="BENCH_JSON",
                    help="time nothing: rewrite bench.json/md/png from this earlier bench.json "
                         "(with --quack-json merged) into --out (default: its directory)")
@@ -701,7 +707,8 @@ def main(argv=None):
         write_outputs(result, args, plot=True)
         print(width_table(result))
         print(f"rendered {args.render} into {args.out}"
-              + (f"; quack-torch: {result['quack_torch']}" if "quack_torch" in result else ""))
+              + (f"; quack-torch: {result['quack_torch'].get('merged', result['quack_torch'])} "
+                 "configurations merged" if "quack_torch" in result else ""))
         return 0
     backend = jax.default_backend()
     if args.timer is None:

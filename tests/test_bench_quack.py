@@ -53,7 +53,7 @@ def fabricated(tmp_path):
 
 def test_merge_quack_torch(tmp_path):
     result, _, quack_json = fabricated(tmp_path)
-    assert bench.merge_quack_torch(result, str(quack_json)) == 3
+    assert bench.merge_quack_torch(result, [str(quack_json)]) == 3
     rms = result["results"][0]["impls"]["quack-torch"]
     nbytes = T.min_bytes("rms_norm", "fwd", 64, 1024, 2)  # bench.py's bytes, not quack_torch's
     assert rms["time_s"] == pytest.approx(0.25e-6)
@@ -80,3 +80,18 @@ def test_render_merges_into_bench_md(tmp_path):
     md = (out / "bench.md").read_text()
     assert "## TB/s by width" in md and "(T)" in md and "3 configurations from" in md
     assert json.loads((out / "bench.json").read_text())["quack_torch"]["merged"] == 3
+
+
+def test_merge_several_files(tmp_path):
+    """Widths split over two calls: both files merge, each with its own copy ceiling."""
+    result, _, quack_json = fabricated(tmp_path)
+    q = json.loads(quack_json.read_text())
+    first, second = dict(q, results=q["results"][:1]), dict(q, results=q["results"][1:], copy_tb_s=5.0)
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, part in zip(paths, (first, second)):
+        path.write_text(json.dumps(part))
+    assert bench.merge_quack_torch(result, [str(p) for p in paths]) == 3
+    rms, sm = result["results"][0]["impls"]["quack-torch"], result["results"][2]["impls"]["quack-torch"]
+    assert rms["frac_copy"] == pytest.approx(rms["bw_Bps"] / 2.5e12)
+    assert sm["frac_copy"] == pytest.approx(sm["bw_Bps"] / 5e12)
+    assert [f["path"] for f in result["quack_torch"]["files"]] == [str(p) for p in paths]
