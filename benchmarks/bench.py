@@ -707,8 +707,9 @@ def main(argv=None):
         write_outputs(result, args, plot=True)
         print(width_table(result))
         print(f"rendered {args.render} into {args.out}"
-              + (f"; quack-torch: {result['quack_torch'].get('merged', result['quack_torch'])} "
-                 "configurations merged" if "quack_torch" in result else ""))
+              + ("" if "quack_torch" not in result else
+                 f"; quack-torch: {result['quack_torch'].get('error') or result['quack_torch']['merged']}"
+                 + ("" if "error" in result["quack_torch"] else " configurations merged")))
         return 0
     backend = jax.default_backend()
     if args.timer is None:
