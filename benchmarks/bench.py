@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
 """jaxnorm benchmark: LayerNorm, RMSNorm, softmax and log-softmax, forward and forward+backward,
-bfloat16 and float32, jaxnorm vs the XLA-compiled jax.numpy reference (and tokamax if it
-imports), over row widths 128 .. 262144 at 2^27 elements per input plus a few small-batch
-shapes where launch latency dominates.
+bfloat16 and float32, jaxnorm vs the XLA-compiled jax.numpy reference (and tokamax, and QuACK's
+JAX softmax, when they import), over row widths 128 .. 262144 at 2^27 elements per input plus a
+few small-batch shapes where launch latency dominates.
 
-    python benchmarks/bench.py --out DIR            # the full run (about 4-5 min on an H100)
-    python benchmarks/bench.py --quick --out /tmp/b # CPU smoke test, well under a minute
+    python benchmarks/bench.py --out DIR            # the full run, device time on a GPU
+    python benchmarks/bench.py --quick --out /tmp/b # CPU smoke test (wall clock), under a minute
+    python benchmarks/bench.py --render DIR/bench.json --quack-json DIR/quack_torch.json --out DIR
+
+Two timers (--timer): `device` (the default on a GPU) sums the GPU kernel durations of each call
+from the JAX profiler (benchmarks/device_time.py, the method of the other families' benchmarks)
+against the `x + 1` copy ceiling measured the same way; `wall` (the default elsewhere) is the
+wall-clock method of jaxnorm/_timing.py, shared with `python -m jaxnorm`. --quack-json adds
+QuACK's PyTorch timings (benchmarks/quack_torch.py --ops rows) as the `quack-torch` column;
+--render rewrites bench.md/bench.png from an earlier bench.json without timing anything.
 
 Writes DIR/bench.json (every number, environment, method), DIR/bench.md (tables) and
-DIR/bench.png (bandwidth vs width; skipped with a message without matplotlib). bench.json is
-rewritten after every shape, so a run cut short still leaves what it measured. One failing
-configuration (an OOM, a kernel error) is recorded and skipped. The timing method is printed
-at the end and stored in the JSON; it lives in jaxnorm/_timing.py, shared with
-`python -m jaxnorm`.
+DIR/bench.png (bandwidth vs width; skipped with a message without matplotlib). bench.json and
+bench.md are rewritten after every shape, so a run cut short still leaves what it measured. One
+failing configuration (an OOM, a kernel error) is recorded and skipped. The timing method is
+printed at the end and stored in the JSON.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ except ImportError:  # run from a source checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import jaxnorm
 from jaxnorm import _timing as T
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import device_time as dt  # noqa: E402
 
 WIDTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 SMALL_SHAPES = [(8, 4096), (32, 1024), (64, 16384)]
@@ -134,17 +144,74 @@ def build_plan(args):
     return plan
 
 
+def quack_jax():
+    """QuACK's JAX binding as an implementation ({op: fn}) and None, or None and why not. QuACK
+    0.6.5 binds softmax only (quack.softmax_jax: a jax.custom_vjp over its TVM-FFI kernels, 2-D
+    inputs, the dtypes of quack/jax_utils.py: bfloat16, float16, float32)."""
+    try:
+        from quack.softmax_jax import softmax  # type: ignore[import-not-found]
+    except Exception as e:  # not installed, or broken: never fatal
+        return None, T._err(e)
+    return {"softmax": softmax}, None
+
+
+def device_method_text(reps: int, inputs: int) -> str:
+    n_desc = (f"N = {inputs}" if inputs else
+              "N = 200 MiB / the bytes of one input's x (and dy), clamped to [2, 128]: 2 at 2^27 "
+              "elements; device_time.inputs_for")
+    return (
+        "Timing: device time. Each implementation's forward, or forward+backward, of one input is "
+        f"one jax.jit function, called on N distinct random-normal inputs in turn ({n_desc}), so "
+        "that no call finds its input in the 50 MB L2; after a compile call and 3 warm-up calls, "
+        f"{reps} rounds over the N inputs run under the JAX profiler. A call's time is the sum of "
+        "the durations of the GPU kernels it ran (the profiler's CUPTI kernel events; memcpy and "
+        "memset excluded; host dispatch and the gaps between kernels are not counted), and the "
+        "reported time is the median over the calls (the mean where calls ran different numbers "
+        "of kernels): benchmarks/device_time.py, the method of the other benchmarks/. "
+        + T.ops_text()
+        + "Copy ceiling: y = x + 1 over 2^26 float32 (256 MiB read, 256 MiB written), timed the "
+        "same way (device_time.copy_ceiling), one number for the run; '% of copy' = op bandwidth "
+        "/ that ceiling. 'quack' is QuACK's JAX softmax binding, timed in this process as above; "
+        "'quack-torch' is QuACK's PyTorch kernels, timed by benchmarks/quack_torch.py with "
+        "torch.profiler's CUPTI kernel records (the same sum, median and rotation past L2), on "
+        "the same byte counts, its '% of copy' against the same x + 1 ceiling measured in torch, "
+        "its outputs checked against torch's float32 op and autograd with the tolerances below. "
+        + T.check_text()
+    )
+
+
+def device_timer(reps: int):
+    """run_config's timer: device_time over one call per input."""
+    def timer(step, calls):
+        d = dt.device_time(step, calls, reps=reps)
+        return {"time_s": d["median"], "kernels_per_call": d["kernels_per_call"],
+                "kernels": [dt.short_kernel_name(k) for k in d["kernels"]]}
+    return timer
+
+
 def run(args) -> dict:
     env = environment()
     impls = T.implementations(include_tokamax=not args.no_tokamax,
                               include_memory_efficient="jaxnorm-me" in args.impls)
+    if "quack" in args.impls:
+        quack, why = quack_jax()
+        env["quack_jax"] = why or "imported"
+        if quack:
+            impls["quack"] = quack
+        else:
+            print(f"quack (JAX): not timed ({why})", flush=True)
     impls = {k: v for k, v in impls.items() if k in args.impls}
-    method = T.method_text(args.reps, args.min_time, args.max_time,
-                           f"N = {args.inputs}" if args.inputs else "", rounds=args.rounds)
+    device = args.timer == "device"
+    if device:
+        method = device_method_text(args.reps, args.inputs)
+    else:
+        method = T.method_text(args.reps, args.min_time, args.max_time,
+                               f"N = {args.inputs}" if args.inputs else "", rounds=args.rounds)
     result = {
         "env": env,
         "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()
                  if k != "func"},
+        "timer": args.timer,
         "method": method,
         "copy": [],
         "results": [],
@@ -152,22 +219,36 @@ def run(args) -> dict:
     }
     print(f"jaxnorm bench: jax {env['jax_version']}, backend {env['backend']}, "
           f"device {env['device_kind']}, commit {env['git_commit']}, cuda_built {env['cuda_built']}, "
-          f"impls {list(impls)}", flush=True)
+          f"impls {list(impls)}, timer {args.timer}", flush=True)
     plan = build_plan(args)
     n_configs = len(plan) * len(args.dtypes) * len(args.ops) * len(args.directions)
     print(f"{n_configs} configurations: dtypes {args.dtypes}, ops {args.ops}, "
           f"directions {args.directions}, shapes {[s for s, _ in plan]}", flush=True)
-    ns = sorted({args.inputs or T.n_inputs_for(math.prod(shape) * jax.numpy.dtype(
-        T.DTYPES[d]).itemsize) for shape, _ in plan for d in args.dtypes})
-    result["call_overhead_s"] = {}
-    for n in ns:
-        try:
-            result["call_overhead_s"][str(n)] = T.call_overhead(n)
-        except Exception as e:
-            result["call_overhead_s"][str(n)] = T._err(e)
-    print("fixed cost of one timed call (y = x * s over N tiny inputs): " + ", ".join(
-        f"N={k}: {T.fmt_time(v) if isinstance(v, float) else v}"
-        for k, v in result["call_overhead_s"].items()), flush=True)
+    with_dy = 2 if "fwd+bwd" in args.directions else 1
+
+    def n_inputs(nbytes: int) -> int:
+        if args.inputs:
+            return args.inputs
+        return dt.inputs_for(with_dy * nbytes) if device else T.n_inputs_for(nbytes)
+
+    timer, ceiling = None, None
+    if device:
+        timer = device_timer(args.reps)
+        ceiling = dt.copy_ceiling()
+        result["copy_ceiling_Bps"] = ceiling
+        print(f"copy ceiling (x + 1, 256 MiB float32, device time): {T.fmt_bw(ceiling)}", flush=True)
+    else:
+        ns = sorted({n_inputs(math.prod(shape) * jax.numpy.dtype(T.DTYPES[d]).itemsize)
+                     for shape, _ in plan for d in args.dtypes})
+        result["call_overhead_s"] = {}
+        for n in ns:
+            try:
+                result["call_overhead_s"][str(n)] = T.call_overhead(n)
+            except Exception as e:
+                result["call_overhead_s"][str(n)] = T._err(e)
+        print("fixed cost of one timed call (y = x * s over N tiny inputs): " + ", ".join(
+            f"N={k}: {T.fmt_time(v) if isinstance(v, float) else v}"
+            for k, v in result["call_overhead_s"].items()), flush=True)
     t_start = time.perf_counter()
     over_budget = False
     for dtype_name in args.dtypes:
@@ -175,7 +256,7 @@ def run(args) -> dict:
         copies: dict[int, dict] = {}
         for shape, group in plan:
             elements = math.prod(shape)
-            n = args.inputs or T.n_inputs_for(elements * itemsize)
+            n = n_inputs(elements * itemsize)
             if time.perf_counter() - t_start > args.budget:
                 over_budget = True
                 for op in args.ops:
@@ -191,12 +272,13 @@ def run(args) -> dict:
                 result["results"].append(rec)
                 print(progress_line(rec), flush=True)
 
+            known = {"bw_Bps": ceiling} if device else copies.get(key)
             copy, _ = T.run_shape(shape, dtype_name, args.ops, args.directions, impls, n=n,
                                   reps=args.reps, min_time=args.min_time,
                                   max_time=args.max_time, seed=args.seed,
-                                  copy=copies.get(key), on_result=on_result,
-                                  rounds=args.rounds)
-            if key not in copies:
+                                  copy=known, on_result=on_result,
+                                  rounds=args.rounds, timer=timer)
+            if not device and key not in copies:
                 copy["group"] = group
                 copies[key] = copy
                 result["copy"].append(copy)
@@ -204,7 +286,7 @@ def run(args) -> dict:
                       + copy_summary(copy), flush=True)
             gc.collect()
             if args.out:
-                write_json(result, args.out)
+                write_outputs(result, args)
     result["total_s"] = time.perf_counter() - t_start
     result["memory"] = memory_stats()
     if over_budget:
@@ -254,6 +336,94 @@ def write_json(result: dict, out: str):
     with open(tmp, "w") as f:
         json.dump(result, f, indent=1, default=str)
     os.replace(tmp, path)
+
+
+def write_outputs(result: dict, args, plot: bool = False):
+    """bench.json and bench.md (and bench.png), with --quack-json's numbers merged in."""
+    if args.quack_json:
+        try:
+            merge_quack_torch(result, args.quack_json)
+        except Exception as e:  # a missing or partial file: say so in the outputs, never fatal
+            result["quack_torch"] = {"error": T._err(e)}
+    write_json(result, args.out)
+    write_md(result, args.out)
+    if plot:
+        print(write_plot(result, args.out))
+
+
+def merge_quack_torch(result: dict, paths: list[str]) -> int:
+    """Adds QuACK's PyTorch timings (quack_torch.py --ops rows; several files from separate calls
+    may split the widths between them, a later file winning a configuration both have) to the
+    configurations of the same op, direction, dtype and shape as implementation 'quack-torch':
+    its time, TB/s on this benchmark's byte counts, % of the copy ceiling that its quack_torch.py
+    run measured in torch, and its own check against torch's float32 op. Returns how many
+    configurations got one."""
+    found, files = {}, []
+    for path in paths:
+        with open(path) as f:
+            qt = json.load(f)
+        files.append({k: qt.get(k) for k in ("device", "torch", "copy_tb_s", "method")} | {"path": str(path)})
+        for q in qt["results"]:
+            if q["op"] in T.OPS:
+                found[q["op"], q["direction"], q["dtype"], q["rows"], q["cols"]] = q, qt["copy_tb_s"] * 1e12
+    merged = 0
+    for rec in result["results"]:
+        rows, cols = math.prod(rec["shape"][:-1]), rec["shape"][-1]
+        q, ceiling = found.get((rec["op"], rec["direction"], rec["dtype"], rows, cols), (None, None))
+        if q is None:
+            continue
+        merged += 1
+        if "error" in q:
+            rec["impls"]["quack-torch"] = {"error": q["error"], "source": "pytorch"}
+            continue
+        t = q["us"] * 1e-6
+        bw = T.min_bytes(rec["op"], rec["direction"], rows, cols,
+                         jax.numpy.dtype(T.DTYPES[rec["dtype"]]).itemsize) / t
+        rec["impls"]["quack-torch"] = {
+            "time_s": t, "bw_Bps": bw, "frac_copy": bw / ceiling, "source": "pytorch",
+            "check": {"pass": q["ok"], "worst_ratio": q.get("worst_ratio"),
+                      "detail": "against torch's float32 op, in quack_torch.py"}}
+    result["quack_torch"] = {"files": files, "merged": merged}
+    return merged
+
+
+def quack_of(rec: dict) -> tuple[str, dict] | None:
+    """The QuACK timing a configuration is compared with: its JAX binding, timed in this process,
+    where there is one; else its PyTorch kernels."""
+    for name, mark in (("quack", "J"), ("quack-torch", "T")):
+        r = rec["impls"].get(name, {})
+        if "bw_Bps" in r:
+            return mark, r
+    return None
+
+
+def width_table(result: dict) -> str:
+    """The width sweep: TB/s of jaxnorm, QuACK and XLA beside the copy ceiling, per dtype, op,
+    direction and width (QuACK: J = its JAX binding, T = its PyTorch kernels)."""
+    lines = ["| dtype | op | direction | width | jaxnorm TB/s | QuACK TB/s | XLA TB/s | copy TB/s | "
+             "jaxnorm / QuACK | jaxnorm / XLA |", "|---|---|---|---|---|---|---|---|---|---|"]
+    recs = [r for r in result["results"] if r.get("group") == "sweep"]
+    key = {d: i for i, d in enumerate(result["args"]["dtypes"])}
+    recs.sort(key=lambda r: (key.get(r["dtype"], 99), T.OPS.index(r["op"]),
+                             T.DIRECTIONS.index(r["direction"]), r["shape"][-1]))
+
+    def tb(r):
+        if "bw_Bps" not in r:
+            return ""
+        return f"{r['bw_Bps'] / 1e12:.2f}" + ("!" if r.get("check", {}).get("pass") is False else "")
+
+    def ratio(a, b):
+        return f"{a['bw_Bps'] / b['bw_Bps']:.2f}" if "bw_Bps" in a and "bw_Bps" in b else ""
+
+    for rec in recs:
+        jn, xla = rec["impls"].get("jaxnorm", {}), rec["impls"].get("xla", {})
+        q = quack_of(rec)
+        lines.append(
+            f"| {rec['dtype']} | {rec['op']} | {rec['direction']} | {rec['shape'][-1]} | {tb(jn)} | "
+            + (f"{tb(q[1])} ({q[0]}) | " if q else " | ") + f"{tb(xla)} | "
+            + (f"{rec['copy_bw_Bps'] / 1e12:.2f}" if rec.get("copy_bw_Bps") else "") + " | "
+            + (ratio(jn, q[1]) if q else "") + f" | {ratio(jn, xla)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def full_table(result: dict) -> str:
@@ -359,6 +529,11 @@ def memory_efficient_table(result: dict) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def section(title: str, table: str, intro: str) -> list[str]:
+    """A bench.md section's lines; none for an empty table."""
+    return [f"## {title}", "", intro, "", table, ""] if table else []
+
+
 def write_md(result: dict, out: str):
     env = result["env"]
     md = [
@@ -367,21 +542,32 @@ def write_md(result: dict, out: str):
         f"- device: {env['device_kind']} ({env['backend']}), jax {env['jax_version']}, "
         f"jaxlib {env['jaxlib_version']}, jaxnorm {env['jaxnorm_version']}, "
         f"commit {env['git_commit']}, CUDA handlers built: {env['cuda_built']}",
-        f"- run: {env['timestamp_utc']}, {result.get('total_s', 0):.0f} s",
-        "- fixed cost of one timed call (included in the times, divided by N): " + ", ".join(
-            f"N={k}: {T.fmt_time(v) if isinstance(v, float) else v}"
-            for k, v in result.get("call_overhead_s", {}).items()),
-        "",
-        "## Method",
-        "",
-        result["method"],
-        "",
-        "## Copy baseline",
-        "",
-        "| dtype | shape | N | x * s time | x * s TB/s | jnp.copy time | jnp.copy TB/s | "
-        "reference |",
-        "|---|---|---|---|---|---|---|---|",
+        f"- run: {env['timestamp_utc']}, {result.get('total_s', 0):.0f} s, timer: "
+        f"{result.get('timer', 'wall')}",
     ]
+    if "call_overhead_s" in result:
+        md.append("- fixed cost of one timed call (included in the times, divided by N): " + ", ".join(
+            f"N={k}: {T.fmt_time(v) if isinstance(v, float) else v}"
+            for k, v in result["call_overhead_s"].items()))
+    md += ["", "## Method", "", result["method"], ""]
+    qt = result.get("quack_torch")
+    if qt:
+        md += ["QuACK in PyTorch (`quack-torch`): " + (
+            f"not merged: {qt['error']}" if "error" in qt else
+            f"{qt['merged']} configurations from " + "; ".join(
+                f"{f['path']} ({f['device']}, torch {f['torch']}; {f['method']}; copy ceiling in "
+                f"torch {f['copy_tb_s']:.2f} TB/s)" for f in qt["files"])), ""]
+    if result.get("copy_ceiling_Bps"):
+        md += ["## Copy ceiling", "", f"y = x + 1 over 256 MiB of float32, device time: "
+               f"{result['copy_ceiling_Bps'] / 1e12:.3f} TB/s", ""]
+    md += section("TB/s by width", width_table(result),
+                  "The width sweep in effective TB/s (fewest bytes); QuACK: (J) its JAX binding "
+                  "timed in this run, (T) its PyTorch kernels from quack_torch.py; jaxnorm / X is "
+                  "the ratio of TB/s (> 1: jaxnorm faster); ! = failed check.")
+    if result["copy"]:
+        md += ["## Copy baseline", "",
+               "| dtype | shape | N | x * s time | x * s TB/s | jnp.copy time | jnp.copy TB/s | "
+               "reference |", "|---|---|---|---|---|---|---|---|"]
     for c in result["copy"]:
         row = [c["dtype"], "x".join(map(str, c["shape"])), str(c["n_inputs"])]
         for k in ("mul", "copy"):
@@ -391,12 +577,10 @@ def write_md(result: dict, out: str):
         row.append(c.get("best", "error"))
         md.append("| " + " | ".join(row) + " |")
     md += ["", "## Summary", "", "```", pivot_tables(result), "```", ""]
-    me = memory_efficient_table(result)
-    if me:
-        md += ["## Memory-efficient mode", "",
-               "Norm forward+backward with `memory_efficient=True` (the backward reads y, not x) "
-               "against the default, timed in the same run: ratio = memory-efficient time / "
-               "default time.", "", me, ""]
+    md += section("Memory-efficient mode", memory_efficient_table(result),
+                  "Norm forward+backward with `memory_efficient=True` (the backward reads y, not x) "
+                  "against the default, timed in the same run: ratio = memory-efficient time / "
+                  "default time.")
     md += ["## All configurations", "", full_table(result), ""]
     errs = errors_list(result)
     if errs:
@@ -423,7 +607,8 @@ def write_plot(result: dict, out: str) -> str:
     fig, axes = plt.subplots(len(dirs), len(dtypes), figsize=(7 * len(dtypes), 4.5 * len(dirs)),
                              squeeze=False)
     colors = {"layer_norm": "C0", "rms_norm": "C1", "softmax": "C2", "log_softmax": "C3"}
-    styles = {"jaxnorm": "-", "xla": "--", "tokamax": ":"}
+    styles = {"jaxnorm": "-", "xla": "--", "tokamax": ":", "quack": (0, (5, 1, 1, 1)),
+              "quack-torch": (0, (1, 1))}
     impl_seen, op_seen = [], []
     for i, d in enumerate(dirs):
         for j, dtype in enumerate(dtypes):
@@ -443,10 +628,11 @@ def write_plot(result: dict, out: str) -> str:
                         markersize=4, linewidth=1.5 if name == "jaxnorm" else 1.0)
                 impl_seen += [name] if name not in impl_seen else []
                 op_seen += [op] if op not in op_seen else []
-            copies = [c for c in result["copy"] if c["dtype"] == dtype
+            copies = [c["bw_Bps"] for c in result["copy"] if c["dtype"] == dtype
                       and c.get("group") == "sweep" and "bw_Bps" in c]
+            copies += [result["copy_ceiling_Bps"]] if result.get("copy_ceiling_Bps") else []
             if copies:
-                ax.axhline(copies[0]["bw_Bps"] / 1e12, color="k", linewidth=1, alpha=0.5)
+                ax.axhline(copies[0] / 1e12, color="k", linewidth=1, alpha=0.5)
             ax.set_xscale("log", base=2)
             ax.set_ylim(bottom=0)
             ax.set_xlabel("row width (elements)")
@@ -459,7 +645,7 @@ def write_plot(result: dict, out: str) -> str:
     handles.append(Line2D([], [], color="k", alpha=0.5, label="copy baseline"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4 * len(dtypes)),
                fontsize=9)
-    fig.suptitle(f"jaxnorm vs XLA, {result['env']['device_kind']}, "
+    fig.suptitle(f"jaxnorm vs XLA, {result['env']['device_kind']}, {result.get('timer', 'wall')} time, "
                  f"commit {result['env']['git_commit'][:12]}")
     fig.tight_layout(rect=(0, 0.07, 1, 0.97))
     path = Path(out, "bench.png")
@@ -479,13 +665,18 @@ def main(argv=None):
                    help=f"CPU smoke test: widths {QUICK_WIDTHS}, {QUICK_ELEMENTS} elements, "
                         f"small shape {QUICK_SMALL}, 3 reps")
     p.add_argument("--ops", help=f"comma list of {','.join(T.OPS)} (default all)")
-    p.add_argument("--dtypes", help="comma list of bfloat16,float32 (default both)")
+    p.add_argument("--dtypes", help="comma list of bfloat16,float32,float16 (default "
+                                    "bfloat16,float32)")
     p.add_argument("--directions", help="comma list of fwd,fwd+bwd (default both; 'bwd' = fwd+bwd)")
     p.add_argument("--widths", help="comma list of row widths (default 128..262144)")
     p.add_argument("--elements", type=parse_int, help="elements per input (default 2^27)")
     p.add_argument("--small", help="comma list of RxC small-batch shapes, or 'none' "
                                    f"(default {','.join(f'{r}x{c}' for r, c in SMALL_SHAPES)})")
-    p.add_argument("--reps", type=int, help="timed calls per measurement, at least (default 20)")
+    p.add_argument("--timer", choices=("device", "wall"),
+                   help="device: summed GPU kernel durations from the JAX profiler (the default "
+                        "on a GPU); wall: wall clock (the default elsewhere)")
+    p.add_argument("--reps", type=int, help="device timer: rounds over the N inputs (default 5); "
+                                            "wall: timed calls per measurement, at least (20)")
     p.add_argument("--min-time", type=float, help="keep timing until this many seconds (0.1)")
     p.add_argument("--max-time", type=float, help="stop timing after this many seconds (2)")
     p.add_argument("--rounds", type=int, default=1,
@@ -493,15 +684,39 @@ def main(argv=None):
                         "best median (default 1)")
     p.add_argument("--inputs", type=int, default=0,
                    help="N distinct inputs per timed call (default 4 for inputs >= 64 MiB, else 8)")
-    p.add_argument("--impls", default="jaxnorm,xla,jaxnorm-me,tokamax",
-                   help="comma list of implementations to time (default jaxnorm,xla,jaxnorm-me,tokamax; "
-                        "jaxnorm-me: the norms in memory-efficient mode, forward+backward only)")
+    p.add_argument("--impls", default="jaxnorm,xla,jaxnorm-me,tokamax,quack",
+                   help="comma list of implementations to time (default jaxnorm,xla,jaxnorm-me,"
+                        "tokamax,quack; jaxnorm-me: the norms in memory-efficient mode, "
+                        "forward+backward only; quack: QuACK's JAX softmax, when it imports)")
     p.add_argument("--no-tokamax", action="store_true", help="do not try to import tokamax")
     p.add_argument("--budget", type=float, default=360.0,
                    help="seconds after which remaining shapes are skipped and recorded (360; "
                         "the full run takes about 270 on an H100)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quack-json", nargs="+", metavar="FILE",
+                   help="quack_torch.json files (quack_torch.py --ops rows): QuACK's PyTorch "
+                        "timings, shown as the quack-torch column")
+    p.add_argument("--render", metavar="BENCH_JSON",
+                   help="time nothing: rewrite bench.json/md/png from this earlier bench.json "
+                        "(with --quack-json merged) into --out (default: its directory)")
     args = p.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            result = json.load(f)
+        args.out = args.out or str(Path(args.render).parent)
+        write_outputs(result, args, plot=True)
+        print(width_table(result))
+        print(f"rendered {args.render} into {args.out}"
+              + ("" if "quack_torch" not in result else
+                 f"; quack-torch: {result['quack_torch'].get('error') or result['quack_torch']['merged']}"
+                 + ("" if "error" in result["quack_torch"] else " configurations merged")))
+        return 0
+    backend = jax.default_backend()
+    if args.timer is None:
+        args.timer = "device" if backend == "gpu" else "wall"
+    elif args.timer == "device" and backend != "gpu":
+        p.error(f"--timer device sums GPU kernel durations from the JAX profiler's device events; "
+                f"the {backend} backend has none. Use --timer wall (or run on a GPU).")
 
     args.ops = parse_list(args.ops) or list(T.OPS)
     args.dtypes = parse_list(args.dtypes) or ["bfloat16", "float32"]
@@ -523,29 +738,29 @@ def main(argv=None):
         args.widths = widths or QUICK_WIDTHS
         args.elements = args.elements or QUICK_ELEMENTS
         args.small = QUICK_SMALL if small is None else small
-        args.reps = args.reps or 3
+        args.reps = args.reps or (3 if args.timer == "wall" else 5)
         args.min_time = 0.0 if args.min_time is None else args.min_time
         args.max_time = 0.2 if args.max_time is None else args.max_time
     else:
         args.widths = widths or WIDTHS
         args.elements = args.elements or (1 << 27)
         args.small = SMALL_SHAPES if small is None else small
-        args.reps = args.reps or 20
+        args.reps = args.reps or (20 if args.timer == "wall" else 5)
         args.min_time = 0.1 if args.min_time is None else args.min_time
         args.max_time = 2.0 if args.max_time is None else args.max_time
 
     t0 = time.perf_counter()
     result = run(args)
     if args.out:
-        write_json(result, args.out)
-        write_md(result, args.out)
+        write_outputs(result, args, plot=True)
         print(f"wrote {Path(args.out, 'bench.json')} and {Path(args.out, 'bench.md')}")
-        print(write_plot(result, args.out))
     errs = errors_list(result)
     print()
     print("Method: " + result["method"])
     print()
     print(pivot_tables(result))
+    if args.timer == "device":
+        print(width_table(result) + "\n")
     me = memory_efficient_table(result)
     if me:
         print("memory-efficient mode (norm fwd+bwd; ratio = memory-efficient / default time):")

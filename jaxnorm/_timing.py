@@ -56,7 +56,6 @@ def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
         "N = 2 GiB / bytes of one input, clamped to [4, 16]: at 2^27 elements 4 for float32 and "
         "8 for bfloat16"
     )
-    tol = "; ".join(f"{k}: atol = rtol = {v[0]:g}" for k, v in CHECK_TOL.items() if k != "float16")
     return (
         "Timing. Each implementation is wrapped in one jax.jit function that applies the op to a "
         f"tuple of N distinct random-normal inputs ({n_desc}), each of the full configured size, so "
@@ -71,6 +70,20 @@ def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
            "round's median). " if rounds > 1 else ". ")
         + "Each call's fixed host cost (dispatch + sync, measured as the same "
         "wrapper around N tiny inputs and recorded as call_overhead_s) is included, divided by N. "
+        + ops_text()
+        + "Copy baseline: the same N-input wrapper, timed the same way at the same size and dtype, "
+        "around two copies that XLA cannot elide: y = x * s with s a runtime scalar argument "
+        "(1.0), an elementwise fusion, and y = jnp.copy(x), an HLO copy into a new buffer (the "
+        "outputs may not alias the undonated inputs; a device memcpy on GPU); bytes = read x + "
+        "write y; the faster of the two is the reference. '% of copy' = op bandwidth / copy "
+        "bandwidth. "
+        + check_text()
+    )
+
+
+def ops_text() -> str:
+    """What every timer measures: the functions timed and the bytes counted."""
+    return (
         "Forward: y = op(x[, scale, bias]). Forward+backward: jax.jit of a function that, per input, "
         "runs jax.vjp of the op with respect to x (and scale, bias for the norms) and applies the "
         "pullback to a random-normal cotangent dy, returning y and every gradient; the identical "
@@ -82,12 +95,13 @@ def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
         "= forward + read x (or y) + read dy + write dx (5 passes over an input-sized tensor), "
         "plus the float32 scale/bias read in the forward and in the backward and their gradients "
         "written (negligible). "
-        "Copy baseline: the same N-input wrapper, timed the same way at the same size and dtype, "
-        "around two copies that XLA cannot elide: y = x * s with s a runtime scalar argument "
-        "(1.0), an elementwise fusion, and y = jnp.copy(x), an HLO copy into a new buffer (the "
-        "outputs may not alias the undonated inputs; a device memcpy on GPU); bytes = read x + "
-        "write y; the faster of the two is the reference. '% of copy' = op bandwidth / copy "
-        "bandwidth. Speedup = XLA time / jaxnorm time (> 1: jaxnorm faster). "
+    )
+
+
+def check_text() -> str:
+    tol = "; ".join(f"{k}: atol = rtol = {v[0]:g}" for k, v in CHECK_TOL.items() if k != "float16")
+    return (
+        "Speedup = XLA time / jaxnorm time (> 1: jaxnorm faster). "
         "Check: after timing, the outputs for the first input (y and every gradient) of each "
         "implementation are compared with the XLA baseline's; pass when "
         f"max |a - b| / (atol * max|ref| + rtol * |ref|) <= 1 ({tol}); NaN fails."
@@ -379,11 +393,12 @@ def run_copy(xs, *, reps: int, min_time: float, max_time: float) -> dict:
 def run_shape(shape, dtype_name: str, ops: Sequence[str], directions: Sequence[str],
               impls: dict, *, n: int, reps: int, min_time: float, max_time: float,
               seed: int = 0, copy: dict | None = None, on_result: Callable | None = None,
-              rounds: int = 1):
+              rounds: int = 1, timer: Callable | None = None):
     """Makes one set of N inputs (x, dy, scale, bias) for (shape, dtype) and runs every
     (op, direction) on it, after timing the copy baseline on the same xs unless `copy` (an
     earlier run_copy record at this size) is given. Returns (copy_record, [config records]).
-    `on_result(record)` is called after each configuration. Never raises for a config."""
+    `on_result(record)` is called after each configuration. Never raises for a config.
+    `timer`: see run_config."""
     try:
         data = make_inputs(seed, shape, DTYPES[dtype_name], n, with_dy="fwd+bwd" in directions)
     except Exception as e:
@@ -402,7 +417,7 @@ def run_shape(shape, dtype_name: str, ops: Sequence[str], directions: Sequence[s
     for op in ops:
         for d in directions:
             r = run_config(op, d, data, impls, reps=reps, min_time=min_time,
-                           max_time=max_time, copy_bw=copy_bw, rounds=rounds)
+                           max_time=max_time, copy_bw=copy_bw, rounds=rounds, timer=timer)
             recs.append(r)
             if on_result:
                 on_result(r)
@@ -413,10 +428,15 @@ def run_shape(shape, dtype_name: str, ops: Sequence[str], directions: Sequence[s
 
 def run_config(op: str, direction: str, data, impls: dict, *, reps: int, min_time: float,
                max_time: float, copy_bw: float | None = None, rounds: int = 1,
-               reference_impl: str = "xla") -> dict:
+               reference_impl: str = "xla", timer: Callable | None = None) -> dict:
     """Times every implementation in `impls` (name -> {op -> fn}) that has `op`, for one
     (op, direction) on `data` = (xs, dys, (scale, bias)) from make_inputs, and checks each
     against `reference_impl`'s outputs.
+
+    By default each call is wall-clocked over all N inputs at once (time_call). `timer(step,
+    calls)` replaces that (benchmarks/bench.py's device time): it gets the jitted step and one
+    argument tuple per input, each holding that single input, and returns a dict with the
+    seconds per input as "time_s" and anything else to record.
 
     Errors (an OOM, a missing kernel) are recorded in the result, never raised.
     """
@@ -441,6 +461,8 @@ def run_config(op: str, direction: str, data, impls: dict, *, reps: int, min_tim
     order = [k for k in order if k in impls and op in impls[k]
              and not (direction == "fwd" and k in BACKWARD_ONLY)]
     steps = {}
+    calls = None if timer is None else [
+        ((x,), None if dys is None else (dys[i],), params) for i, x in enumerate(xs)]
     for rnd in range(max(1, rounds)):
         # Round 2+ re-times every implementation in turn; each keeps its best round's median,
         # so a slow phase of the machine that hits one implementation's turn does not count.
@@ -452,18 +474,25 @@ def run_config(op: str, direction: str, data, impls: dict, *, reps: int, min_tim
                 if name not in steps:
                     steps[name] = make_step(impls[name][op], direction, n)
                 step = steps[name]
-                t = time_call(step, (xs, dys, params), reps=reps, min_time=min_time,
-                              max_time=max_time, warmup=2 if rnd == 0 else 1)
-                r.setdefault("round_medians_s", []).append(t["median_s"] / n)
-                r.setdefault("call_times_s", []).extend(t["times_s"])
+                if timer is None:
+                    t = time_call(step, (xs, dys, params), reps=reps, min_time=min_time,
+                                  max_time=max_time, warmup=2 if rnd == 0 else 1)
+                    r.setdefault("round_medians_s", []).append(t["median_s"] / n)
+                    r.setdefault("call_times_s", []).extend(t["times_s"])
+                    r.update(min_time_s=min(r["call_times_s"]) / n, reps=len(r["call_times_s"]))
+                    if rnd == 0:
+                        r["compile_s"] = t["compile_s"]
+                else:
+                    t = timer(step, calls)
+                    r.setdefault("round_medians_s", []).append(t.pop("time_s"))
+                    r.update(t)
                 if rnd == 0:
-                    r["compile_s"] = t["compile_s"]
-                    out = step(xs, dys, params)
+                    # The first input's outputs, from the program that was timed (no new compile).
+                    out = step(*calls[0]) if calls else step(xs, dys, params)
                     firsts[name] = out[0]
                     del out
                 per = min(r["round_medians_s"])
-                r.update(time_s=per, min_time_s=min(r["call_times_s"]) / n,
-                         reps=len(r["call_times_s"]), bw_Bps=nbytes / per)
+                r.update(time_s=per, bw_Bps=nbytes / per)
                 if copy_bw:
                     r["frac_copy"] = (nbytes / per) / copy_bw
             except Exception as e:
@@ -484,7 +513,7 @@ def run_config(op: str, direction: str, data, impls: dict, *, reps: int, min_tim
     a, b = rec["impls"].get("jaxnorm", {}), rec["impls"].get(reference_impl, {})
     if "time_s" in a and "time_s" in b:
         rec["speedup"] = b["time_s"] / a["time_s"]
-    del xs, dys, params, firsts, ref
+    del xs, dys, params, firsts, ref, calls
     return rec
 
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One GPU call for the row ops in device time (issue 15): build; QuACK from the wheels in .whl/
+# (git-ignored, carry .whl; see benchmarks/README.md); bench.py --timer device (jaxnorm, XLA,
+# jaxnorm-me, and QuACK's JAX softmax when it imports); quack_torch.py --ops rows (QuACK's PyTorch
+# RMSNorm, LayerNorm and softmax at the same shapes); then bench.py --render merges QuACK's
+# PyTorch numbers into $OUT/bench.md. Runs without QuACK, saying so, when its wheels are missing.
+#   COMMIT=<hash> names the commit measured (the device tree's .git may be stale).
+#   OPS, DTYPES, WIDTHS: the selection, for both benchmarks (default all four ops, bfloat16,
+#     1024..262144 at 2^27 elements per input); BENCH_ARGS, QUACK_ARGS: more arguments for each.
+#   STAGES="bench quack" (default both); BENCH_TIMEOUT (default 300 s); LIMIT: the whole call's
+#     seconds from the build's start (default 575); the QuACK stage gets what is left.
+source "$(dirname "$0")/gpu_setup.sh"
+LIMIT=${LIMIT:-575}
+left() { echo $(( LIMIT - $(date +%s) + t0 )); }
+OPS=${OPS:-layer_norm,rms_norm,softmax,log_softmax}
+DTYPES=${DTYPES:-bfloat16}
+WIDTHS=${WIDTHS:-1024,4096,16384,32768,65536,131072,262144}
+STAGES=${STAGES:-"bench quack"}
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+# The 92 MB cu13 wheel is over a call's carry limit: it comes as `split -b 41000000` parts over
+# consecutive calls on one warm machine. Each part seen is kept in /tmp, and the wheel is rebuilt
+# there once all three are; the install is kept too, so later calls skip all of this.
+SITE=/tmp/site-quack
+CU13=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+shopt -s nullglob
+for part in .whl/cu13.part0[0-2]; do cp "$part" /tmp/; done
+if [ ! -f $SITE/.complete ] && [ ! -f $CU13 ]; then
+  if [ -f /tmp/cu13.part00 ] && [ -f /tmp/cu13.part01 ] && [ -f /tmp/cu13.part02 ]; then
+    cat /tmp/cu13.part00 /tmp/cu13.part01 /tmp/cu13.part02 > $CU13.tmp
+    if python3 -m zipfile -t $CU13.tmp > /dev/null 2>&1; then mv $CU13.tmp $CU13
+    else echo "QuACK: the reassembled cu13 wheel is not a valid zip (stale parts?)"; rm -f $CU13.tmp; fi
+  else
+    echo "QuACK: cu13 wheel parts in /tmp:" /tmp/cu13.part0?
+  fi
+fi
+wheels=() missing=()
+for w in quack_kernels nvidia_cutlass_dsl nvidia_cutlass_dsl_libs_base nvidia_cutlass_dsl_libs_core apache_tvm_ffi \
+         torch_c_dlpack_ext jax_tvm_ffi einops; do
+  found=(.whl/$w-*.whl); [ ${#found[@]} -gt 0 ] && wheels+=("${found[@]}") || missing+=($w)
+done
+[ -f $CU13 ] || missing+=(nvidia_cutlass_dsl_libs_cu13)
+if [ -f $SITE/.complete ]; then
+  echo "QuACK: installed by an earlier call on this machine ($SITE)"
+elif [ -f $CU13 ] && [ -f "${wheels[0]}" ] && [[ ${wheels[0]} == *quack_kernels* ]]; then
+  # One install: a second --target install into $SITE would replace nvidia_cutlass_dsl/.
+  rm -rf $SITE
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE "${wheels[@]}" $CU13 2>&1 | tail -3 &&
+    touch $SITE/.complete && echo "QuACK: installed${missing:+ without ${missing[*]}}" ||
+    echo "QuACK: the install failed: the benchmark runs without it"
+else
+  echo "QuACK: not installed, missing ${missing[*]}: the benchmark runs without it"
+fi
+[ -f $SITE/.complete ] && export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+
+if stage bench; then
+  timeout_s=$(( ${BENCH_TIMEOUT:-300} < $(left) - 20 ? ${BENCH_TIMEOUT:-300} : $(left) - 20 ))
+  # --budget stops before a shape that would not finish; timeout is the backstop.
+  XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.8} timeout $timeout_s \
+    python3 benchmarks/bench.py --timer device --out "$OUT" --ops $OPS --dtypes $DTYPES --widths $WIDTHS \
+    --small none --budget $(( timeout_s - 45 )) ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-rows.log" | tail -20
+  echo "bench.py rc=$? after $(( $(date +%s) - t0 )) s"
+fi
+if stage quack && [ -f $SITE/.complete ]; then
+  timeout $(( $(left) - 20 )) python3 benchmarks/quack_torch.py --out "$OUT" --ops $OPS --dtypes $DTYPES \
+    --widths $WIDTHS ${QUACK_ARGS:-} 2>&1 | tee "$OUT/quack-torch-rows.log" | tail -25
+  echo "quack_torch.py rc=$? after $(( $(date +%s) - t0 )) s"
+fi
+if [ -f "$OUT/bench.json" ]; then
+  python3 benchmarks/bench.py --render "$OUT/bench.json" --out "$OUT" \
+    $([ -f "$OUT/quack_torch.json" ] && echo --quack-json "$OUT/quack_torch.json") 2>&1
+fi
