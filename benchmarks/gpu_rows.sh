@@ -34,10 +34,13 @@ if [ ! -f $SITE/.complete ] && [ ! -f $CU13 ]; then
     echo "QuACK: cu13 wheel parts in /tmp:" /tmp/cu13.part0?
   fi
 fi
+# The small wheels are kept in /tmp too, so the call that brings the last parts need not carry them.
+mkdir -p /tmp/quack-whl
+for w in .whl/*.whl; do cp "$w" /tmp/quack-whl/; done
 wheels=() missing=()
 for w in quack_kernels nvidia_cutlass_dsl nvidia_cutlass_dsl_libs_base nvidia_cutlass_dsl_libs_core apache_tvm_ffi \
          torch_c_dlpack_ext jax_tvm_ffi einops; do
-  found=(.whl/$w-*.whl); [ ${#found[@]} -gt 0 ] && wheels+=("${found[@]}") || missing+=($w)
+  found=(/tmp/quack-whl/$w-*.whl); [ ${#found[@]} -gt 0 ] && wheels+=("${found[@]}") || missing+=($w)
 done
 [ -f $CU13 ] || missing+=(nvidia_cutlass_dsl_libs_cu13)
 if [ -f $SITE/.complete ]; then
