@@ -24,7 +24,8 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
 SITE=/tmp/site-quack
 CU13=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
 shopt -s nullglob
-for part in .whl/cu13.part0[0-2]; do cp "$part" /tmp/; done
+WHL=${WHL_DIR:-.whl}  # WHL_DIR: another carried folder of wheels (a second call's parts)
+for part in $WHL/cu13.part0[0-2]; do cp "$part" /tmp/; done
 if [ ! -f $SITE/.complete ] && [ ! -f $CU13 ]; then
   if [ -f /tmp/cu13.part00 ] && [ -f /tmp/cu13.part01 ] && [ -f /tmp/cu13.part02 ]; then
     cat /tmp/cu13.part00 /tmp/cu13.part01 /tmp/cu13.part02 > $CU13.tmp
@@ -36,7 +37,7 @@ if [ ! -f $SITE/.complete ] && [ ! -f $CU13 ]; then
 fi
 # The small wheels are kept in /tmp too, so the call that brings the last parts need not carry them.
 mkdir -p /tmp/quack-whl
-for w in .whl/*.whl; do cp "$w" /tmp/quack-whl/; done
+for w in $WHL/*.whl; do cp "$w" /tmp/quack-whl/; done
 wheels=() missing=()
 for w in quack_kernels nvidia_cutlass_dsl nvidia_cutlass_dsl_libs_base nvidia_cutlass_dsl_libs_core apache_tvm_ffi \
          torch_c_dlpack_ext jax_tvm_ffi einops; do
