@@ -27,20 +27,16 @@ inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<
 // A grid of one CTA per kBlock / kTPR rows lets the hardware balance the rows over the SMs,
 // where a persistent grid's static shares end unevenly: bf16 forwards up to 16384 columns ran
 // 2-22% faster against XLA in the same call (results/NOTES.md v7). Cluster tiles stay persistent
-// (one-shot clusters measured 3-22% slower at 32K-262K), and so does the norm backward, whose
+// (one-shot clusters measured 3-22% slower at 32K-262K, and 2-27% again with the cheaper merges:
+// results/h100-rows.md), and so does the norm backward, whose
 // workers accumulate the scale/bias gradients across their rows. Knob for A/B runs:
 // -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
 #ifndef JAXNORM_ONE_SHOT
 #define JAXNORM_ONE_SHOT 1
 #endif
-// -DJAXNORM_ONE_SHOT_CLUSTERS=1 makes cluster grids one-shot too (A/B knob: re-measured after the
-// merges got cheaper, db28987).
-#ifndef JAXNORM_ONE_SHOT_CLUSTERS
-#define JAXNORM_ONE_SHOT_CLUSTERS 0
-#endif
 template <int kCluster>
 constexpr bool one_shot_grid() {
-  return JAXNORM_ONE_SHOT != 0 && (kCluster == 1 || JAXNORM_ONE_SHOT_CLUSTERS != 0);
+  return JAXNORM_ONE_SHOT != 0 && kCluster == 1;
 }
 constexpr int64_t kMaxGridX = 2147483647;
 
