@@ -57,13 +57,17 @@ JN_HOST_INLINE T from_float(float f);
 template <>
 JN_HOST_INLINE float from_float<float>(float f) { return f; }
 
+// Rounded to nearest even; a NaN keeps its sign and top payload bits and is made quiet. Both
+// cases are formed in 32 bits and selected by f != f before the one shift, which the vectorizer
+// turns into a float compare and a blend ahead of a single pack (the NaN test on the integer
+// bits, with its own shift, cost a second pack and a byte blend: twice the instructions).
 template <>
 JN_HOST_INLINE HostBF16 from_float<HostBF16>(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40)};  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return {static_cast<uint16_t>(u >> 16)};
+  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  const uint32_t v = f != f ? (u | 0x00400000u) : rounded;
+  return {static_cast<uint16_t>(v >> 16)};
 }
 
 template <>
