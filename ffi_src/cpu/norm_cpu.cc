@@ -48,10 +48,9 @@ JN_CPU_CLONES void norm_fwd_rows(RowOf row, const float* scale, const float* bia
     // row's mean is exact.
     const float x0 = f.centered && s.cols > 0 ? xr[0] : 0.f;
     const float mean =
-        f.centered ? static_cast<float>(x0 + block_sum(s.cols, [&](int64_t c) { return xr[c] - x0; }) / n)
-                   : 0.f;
-    const float var = static_cast<float>(block_sum(s.cols, [&](int64_t c) {
-                                           const float d = xr[c] - mean;
+        f.centered ? static_cast<float>(x0 + lane_sum(s.cols, [&](auto at) { return at(xr) - x0; }) / n) : 0.f;
+    const float var = static_cast<float>(lane_sum(s.cols, [&](auto at) {
+                                           const auto d = at(xr) - mean;
                                            return d * d;
                                          }) / n);
     const float rstd = norm_rstd(var, eps);
