@@ -56,7 +56,13 @@ JN_CPU_CLONES void norm_fwd_rows(RowOf row, const float* scale, const float* bia
     const float rstd = norm_rstd(var, eps);
     mean_out[r] = mean;
     rstd_out[r] = rstd;
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(norm_apply(xr[c], mean, rstd, scale[c], bias[c]));
+    // RMSNorm without a bias: y = x * rstd * scale, without norm_apply's - 0 and + 0 (5-9% of the
+    // forward; the one difference is y = -0 rather than +0 at x = -0, as the reference gives).
+    if (!f.centered && !f.has_bias) {
+      for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(xr[c] * rstd * scale[c]);
+    } else {
+      for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(norm_apply(xr[c], mean, rstd, scale[c], bias[c]));
+    }
   }
 }
 
