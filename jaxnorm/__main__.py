@@ -508,7 +508,7 @@ def timing(dtype_name: str | None) -> int:
                   f"{T.fmt_time(copy['time_s']):>10} {'':>10} {'':>7} {T.fmt_bw(copy['bw_Bps']):>11}")
         else:
             print(f"copy baseline failed: {copy.get('error')}")
-    print("Method: " + T.method_text(reps, min_time, max_time, rounds=ROUNDS))
+    print("Method: " + T.method_text(reps, min_time, max_time, rounds=ROUNDS, backend=backend))
     print(conclusion(speedups, backend))
     return failures
 

@@ -51,8 +51,13 @@ def call_overhead(n: int, reps: int = 50) -> float:
 
 
 def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
-                rounds: int = 1) -> str:
+                rounds: int = 1, backend: str = "gpu") -> str:
+    """The timing method in words; `backend` "cpu" describes the CPU table (its sizes, the
+    dispatch anchor) instead of the GPU one."""
+    cpu = backend == "cpu"
     n_desc = n_inputs or (
+        "N = 2 GiB / bytes of one input, clamped to [4, 16]: 16 at the CPU table's 1 MB inputs"
+        if cpu else
         "N = 2 GiB / bytes of one input, clamped to [4, 16]: at 2^27 elements 4 for float32 and "
         "8 for bfloat16"
     )
@@ -60,8 +65,15 @@ def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
     return (
         "Timing. Each implementation is wrapped in one jax.jit function that applies the op to a "
         f"tuple of N distinct random-normal inputs ({n_desc}), each of the full configured size, so "
-        "the N kernels (or kernel sequences) run back to back with no host dispatch between them "
-        "and, at 2^27 elements, the data far exceeds the 50 MB L2. The first call (compile) and 2 "
+        "the N kernels (or kernel sequences) run back to back with no host dispatch between them"
+        + (". On CPU each such function also returns the sum of squares of its first input's "
+           "first 2048 elements (about 1 us, the same for every implementation), so that XLA runs "
+           "every program on its worker threads, as it does any program with real work: a program "
+           "of jaxnorm's custom calls alone counts as cheap in XLA's cost model and would run inline "
+           "on the calling thread, where freshly mapped output pages cost 2-4x the kernel time at "
+           "1 MB (jaxnorm/_timing.py, _dispatch_anchor). " if cpu else
+           " and, at 2^27 elements, the data far exceeds the 50 MB L2. ")
+        + "The first call (compile) and 2 "
         "more warm-up calls are not timed; then each call is wall-clocked with time.perf_counter "
         f"around the call plus jax.block_until_ready, at least {reps} times ("
         + (f"and until {min_time:g} s is spent, " if min_time > 0 else "")
