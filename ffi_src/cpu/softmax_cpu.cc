@@ -16,31 +16,35 @@ namespace jaxnorm {
 namespace {
 
 // One pass for the max (NaN kept), one for exp(x - max) and its sum, one for the outputs: one
-// exp per element, every loop vectorized (vec_math.h). Softmax keeps the exps in `e` for its
-// output pass; log-softmax needs only their sum.
+// exp per element, the max and the sum computed in vector registers as they are reduced
+// (vec_math.h lane_max_at, lane_sum), the output loops vectorized by the compiler. Softmax
+// keeps the exps in `e` for its output pass; log-softmax needs only their sum.
 template <class T, class Keep>
 JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, int64_t cols, bool log) {
-  const float m = lane_max(cols, [&](int64_t c) { return keep(c) ? xr[c] : -INFINITY; });
+  const float m = lane_max_at(cols, [&](auto at) {
+    using V = typename decltype(at)::V;
+    return pick(keep.mask(at), at(xr), lit<V>(-INFINITY));
+  });
   if (m == -INFINITY) {  // every kept logit is -inf, or none is kept: jax.nn's NaN / 0 / -inf
     const SoftmaxRow row = softmax_row(m, 0.f, log);
     for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(softmax_apply(xr[c], keep(c), row, log));
     return;
   }
-  const auto exp_kept = [&](int64_t c) {
-    const float ev = exp_nonpos(xr[c] - m);
-    return keep(c) ? ev : 0.f;
+  const auto exp_kept = [&](auto at) {
+    using V = typename decltype(at)::V;
+    return pick(keep.mask(at), exp_nonpos(at(xr) - m), lit<V>(0.f));
   };
   if (log) {
-    const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, exp_kept)), log);
+    const SoftmaxRow row = softmax_row(m, static_cast<float>(lane_sum(cols, exp_kept)), log);
     for (int64_t c = 0; c < cols; ++c) {
       const float v = (xr[c] - row.max) - row.k;
       yr[c] = from_float<T>(keep(c) ? v : -INFINITY);
     }
     return;
   }
-  const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, [&](int64_t c) {
-                                       const float ev = exp_kept(c);
-                                       e[c] = ev;
+  const SoftmaxRow row = softmax_row(m, static_cast<float>(lane_sum(cols, [&](auto at) {
+                                       const auto ev = exp_kept(at);
+                                       at.put(e, ev);
                                        return ev;
                                      })),
                                      log);
@@ -62,8 +66,10 @@ JN_CPU_CLONES void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, 
 
 template <class T, class Keep>
 JN_VEC_INLINE void softmax_bwd_row(const float* y, const float* dy, Keep keep, T* dx, int64_t cols, bool log) {
-  const float sf = static_cast<float>(block_sum(cols, [&](int64_t c) {
-    return softmax_bwd_term(y[c], dy[c], keep(c), log);
+  // softmax_bwd_term's sum (dy, or dy * y, where kept), in vector registers.
+  const float sf = static_cast<float>(lane_sum(cols, [&](auto at) {
+    using V = typename decltype(at)::V;
+    return pick(keep.mask(at), log ? at(dy) : at(dy) * at(y), lit<V>(0.f));
   }));
   if (log) {
     for (int64_t c = 0; c < cols; ++c) {
