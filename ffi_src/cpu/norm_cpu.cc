@@ -79,8 +79,8 @@ JN_CPU_CLONES void norm_bwd_rows(const A* xin, const T* dy, const D* dh, const f
     std::fill(acc_scale, acc_scale + s.cols, 0.0);
     std::fill(acc_bias, acc_bias + s.cols, 0.0);
   }
-  FloatRows<A> xf(s.cols);
-  FloatRows<T> dyf(s.cols);
+  FloatRows<A> xf(s.cols, 0);
+  FloatRows<T> dyf(s.cols, 1);
   for (int64_t r = begin; r < end; ++r) {
     const float* xr = xf(xin + r * s.cols);
     const float* dyr = dyf(dy + r * s.cols);
@@ -239,7 +239,7 @@ ffi::Error NormFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer sca
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.untyped_data());
     const auto source = [&](int64_t, int64_t) {
-      return [&, xf = FloatRows<T>(s.cols)](int64_t r) mutable { return xf(xp + r * s.cols); };
+      return [&, xf = FloatRows<T>(s.cols, 0)](int64_t r) mutable { return xf(xp + r * s.cols); };
     };
     norm_fwd_chunks<T>(pool, source, p, y, mean, rstd, s, eps, f);
     return ffi::Error::Success();
@@ -266,13 +266,13 @@ ffi::Error AddNormFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer 
     // normalized as rounded: the backward reads h back.
     const auto source = [&](int64_t begin, int64_t end) {
       prefault.chunk(hp + begin * s.cols, (end - begin) * s.cols * sizeof(H));
-      return [&, buf = std::vector<float>(static_cast<size_t>(s.cols))](int64_t r) mutable {
+      return [&, buf = row_scratch(0, s.cols)](int64_t r) mutable {
         const T* xr = xp + r * s.cols;
         const R* rr = rp + r * s.cols;
         H* hr = hp + r * s.cols;
         for (int64_t c = 0; c < s.cols; ++c) hr[c] = from_float<H>(to_float(xr[c]) + to_float(rr[c]));
         for (int64_t c = 0; c < s.cols; ++c) buf[c] = to_float(hr[c]);
-        return static_cast<const float*>(buf.data());
+        return static_cast<const float*>(buf);
       };
     };
     norm_fwd_chunks<T>(pool, source, p, y, mean, rstd, s, eps, f);

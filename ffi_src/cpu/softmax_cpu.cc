@@ -53,13 +53,13 @@ JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, 
 
 template <class T>
 JN_CPU_CLONES void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, bool log, int64_t begin, int64_t end) {
-  std::vector<float> e(static_cast<size_t>(s.cols));
-  FloatRows<T> xf(s.cols);
+  float* e = log ? nullptr : row_scratch(2, s.cols);  // softmax's exps
+  FloatRows<T> xf(s.cols, 0);
   for (int64_t r = begin; r < end; ++r) {
     if (mask) {
-      softmax_fwd_row(xf(x + r * s.cols), KeepMask{mask + r * s.cols}, y + r * s.cols, e.data(), s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepMask{mask + r * s.cols}, y + r * s.cols, e, s.cols, log);
     } else {
-      softmax_fwd_row(xf(x + r * s.cols), KeepAll{}, y + r * s.cols, e.data(), s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepAll{}, y + r * s.cols, e, s.cols, log);
     }
   }
 }
@@ -87,7 +87,7 @@ JN_VEC_INLINE void softmax_bwd_row(const float* y, const float* dy, Keep keep, T
 template <class T>
 JN_CPU_CLONES void softmax_bwd_rows(const T* y, const T* dy, const bool* mask, T* dx, Rows s, bool log,
                                     int64_t begin, int64_t end) {
-  FloatRows<T> yf(s.cols), dyf(s.cols);
+  FloatRows<T> yf(s.cols, 0), dyf(s.cols, 1);
   for (int64_t r = begin; r < end; ++r) {
     const int64_t o = r * s.cols;
     if (mask) {
