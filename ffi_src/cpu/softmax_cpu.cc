@@ -20,7 +20,8 @@ namespace {
 // (vec_math.h lane_max_at, lane_sum), the output loops vectorized by the compiler. Softmax
 // keeps the exps in `e` for its output pass; log-softmax needs only their sum.
 template <class T, class Keep>
-JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, int64_t cols, bool log) {
+JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, int64_t cols, bool log,
+                                   const NextRow& next) {
   const float m = lane_max_at(cols, [&](auto at) {
     using V = typename decltype(at)::V;
     return pick(keep.mask(at), at(xr), lit<V>(-INFINITY));
@@ -36,10 +37,12 @@ JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, 
   };
   if (log) {
     const SoftmaxRow row = softmax_row(m, static_cast<float>(lane_sum(cols, exp_kept)), log);
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = (xr[c] - row.max) - row.k;
-      yr[c] = from_float<T>(keep(c) ? v : -INFINITY);
-    }
+    for_pieces(cols, next, [&](int64_t c0, auto w) {
+      for (int64_t c = c0; c < c0 + w; ++c) {
+        const float v = (xr[c] - row.max) - row.k;
+        yr[c] = from_float<T>(keep(c) ? v : -INFINITY);
+      }
+    });
     return;
   }
   const SoftmaxRow row = softmax_row(m, static_cast<float>(lane_sum(cols, [&](auto at) {
@@ -48,7 +51,9 @@ JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, 
                                        return ev;
                                      })),
                                      log);
-  for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(e[c] * row.k);
+  for_pieces(cols, next, [&](int64_t c0, auto w) {
+    for (int64_t c = c0; c < c0 + w; ++c) yr[c] = from_float<T>(e[c] * row.k);
+  });
 }
 
 template <class T>
@@ -56,31 +61,41 @@ JN_CPU_CLONES void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, 
   float* e = log ? nullptr : row_scratch(2, s.cols);  // softmax's exps
   FloatRows<T> xf(s.cols, 0);
   for (int64_t r = begin; r < end; ++r) {
+    NextRow next;
+    if (r + 1 < end) {
+      next.add(x + (r + 1) * s.cols);
+      if (mask) next.add(mask + (r + 1) * s.cols);
+    }
     if (mask) {
-      softmax_fwd_row(xf(x + r * s.cols), KeepMask{mask + r * s.cols}, y + r * s.cols, e, s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepMask{mask + r * s.cols}, y + r * s.cols, e, s.cols, log, next);
     } else {
-      softmax_fwd_row(xf(x + r * s.cols), KeepAll{}, y + r * s.cols, e, s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepAll{}, y + r * s.cols, e, s.cols, log, next);
     }
   }
 }
 
 template <class T, class Keep>
-JN_VEC_INLINE void softmax_bwd_row(const float* y, const float* dy, Keep keep, T* dx, int64_t cols, bool log) {
+JN_VEC_INLINE void softmax_bwd_row(const float* y, const float* dy, Keep keep, T* dx, int64_t cols, bool log,
+                                   const NextRow& next) {
   // softmax_bwd_term's sum (dy, or dy * y, where kept), in vector registers.
   const float sf = static_cast<float>(lane_sum(cols, [&](auto at) {
     using V = typename decltype(at)::V;
     return pick(keep.mask(at), log ? at(dy) : at(dy) * at(y), lit<V>(0.f));
   }));
   if (log) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = dy[c] - exp_nonpos(y[c]) * sf;
-      dx[c] = from_float<T>(keep(c) ? v : 0.f);
-    }
+    for_pieces(cols, next, [&](int64_t c0, auto w) {
+      for (int64_t c = c0; c < c0 + w; ++c) {
+        const float v = dy[c] - exp_nonpos(y[c]) * sf;
+        dx[c] = from_float<T>(keep(c) ? v : 0.f);
+      }
+    });
   } else {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float yv = y[c], v = yv * (dy[c] - sf);
-      dx[c] = from_float<T>(keep(c) ? v : 0.f);
-    }
+    for_pieces(cols, next, [&](int64_t c0, auto w) {
+      for (int64_t c = c0; c < c0 + w; ++c) {
+        const float yv = y[c], v = yv * (dy[c] - sf);
+        dx[c] = from_float<T>(keep(c) ? v : 0.f);
+      }
+    });
   }
 }
 
@@ -90,10 +105,16 @@ JN_CPU_CLONES void softmax_bwd_rows(const T* y, const T* dy, const bool* mask, T
   FloatRows<T> yf(s.cols, 0), dyf(s.cols, 1);
   for (int64_t r = begin; r < end; ++r) {
     const int64_t o = r * s.cols;
+    NextRow next;
+    if (r + 1 < end) {
+      next.add(y + o + s.cols);
+      next.add(dy + o + s.cols);
+      if (mask) next.add(mask + o + s.cols);
+    }
     if (mask) {
-      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepMask{mask + o}, dx + o, s.cols, log);
+      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepMask{mask + o}, dx + o, s.cols, log, next);
     } else {
-      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepAll{}, dx + o, s.cols, log);
+      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepAll{}, dx + o, s.cols, log, next);
     }
   }
 }

@@ -208,6 +208,44 @@ JN_VEC_INLINE double lane_sum(int64_t n, const Term& term) {
   return total;
 }
 
+// The next row's inputs, fetched into the cache while the current row's last pass runs
+// (for_pieces). That pass reads the current row from L1 and writes the output; the hardware
+// prefetchers run ahead of demand reads only, so the next row's reads started from memory:
+// fetching it during the writes made 1 MiB row ops ~10% faster on 2 cores.
+struct NextRow {
+  const char* p[3] = {};
+  int64_t size[3] = {};  // bytes per position
+  int k = 0;
+  template <class T>
+  JN_VEC_INLINE void add(const T* row) {
+    p[k] = reinterpret_cast<const char*>(row);
+    size[k++] = sizeof(T);
+  }
+  JN_VEC_INLINE void fetch(int64_t c0, int64_t c1) const {
+    for (int i = 0; i < k; ++i) {
+      for (int64_t b = c0 * size[i]; b < c1 * size[i]; b += 64) __builtin_prefetch(p[i] + b);
+    }
+  }
+};
+
+constexpr int64_t kPiece = 64;  // positions of a row pass per group of fetches
+
+// body(c0, w) over [0, n) in pieces [c0, c0 + w), each after fetching the next row's lines for
+// the same positions; w is the constant kPiece (a std::integral_constant, so that the piece's
+// loop is unrolled with no remainder) but for the last piece.
+template <class Body>
+JN_VEC_INLINE void for_pieces(int64_t n, const NextRow& next, const Body& body) {
+  int64_t c0 = 0;
+  for (; c0 + kPiece <= n; c0 += kPiece) {
+    next.fetch(c0, c0 + kPiece);
+    body(c0, std::integral_constant<int64_t, kPiece>{});
+  }
+  if (c0 < n) {
+    next.fetch(c0, n);
+    body(c0, n - c0);
+  }
+}
+
 // max of term(c) over [0, n) (-inf when n == 0), NaN when any term is NaN: two 8-float vector
 // lanes (max and NaN tests per lane, no serial compare chain).
 template <class Term>
