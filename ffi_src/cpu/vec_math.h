@@ -14,7 +14,7 @@
 
 #if defined(JN_CPU_CLONES)  // given on the command line (-DJN_CPU_CLONES= builds the baseline only)
 #elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)  // ifunc: ELF
-#define JN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define JN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
 #else
 #define JN_CPU_CLONES
 #endif
