@@ -4,6 +4,7 @@
 
     python benchmarks/bench_cpu.py --out benchmarks/results/cpu-<commit>.md
     python benchmarks/bench_cpu.py --ops softmax --dtypes float32 --shapes 256x1024 --pairs 9
+    python benchmarks/bench_cpu.py --ops softmax_cross_entropy --shapes 64x32000 --out FILE --append
     MALLOC_TRIM_THRESHOLD_=4000000000 MALLOC_MMAP_THRESHOLD_=4000000000 \
         python benchmarks/bench_cpu.py --shapes 256x1024,32x8192 --out FILE --append
 
@@ -38,12 +39,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 import jax
+import jax.numpy as jnp
 
 try:
-    import jaxnorm  # noqa: F401
+    import jaxnorm
 except ImportError:  # a source checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import jaxnorm
+import jaxnorm.reference
 from jaxnorm import _timing as T
 
 SHAPES = [(256, 1024), (8192, 1024), (32, 8192), (64, 65536)]
@@ -59,13 +65,33 @@ def timed(f, args) -> float:
     return time.perf_counter() - t0
 
 
+CE = "softmax_cross_entropy"  # timed with --ops softmax_cross_entropy (not in the default ops)
+
+
+def ce_case(shape, dtype: str, n: int):
+    """Softmax cross-entropy in the row ops' harness: N logits inputs, one set of random integer
+    labels (constants of the program), a random-normal per-row loss cotangent for fwd+bwd."""
+    rows, cols = shape
+    xs, _, _ = T.make_inputs(0, shape, T.DTYPES[dtype], n, with_dy=False)
+    rng = np.random.default_rng(1)
+    labels = jnp.asarray(rng.integers(0, cols, rows), jnp.int32)
+    dys = tuple(jnp.asarray(rng.standard_normal(rows, np.float32)) for _ in range(n))
+    fns = {"jaxnorm": lambda x: jaxnorm.softmax_cross_entropy(x, labels),
+           "xla": lambda x: jaxnorm.reference.softmax_cross_entropy(x, labels)}
+    return (xs, dys, ()), fns
+
+
 def measure(op: str, dtype: str, shape, direction: str, pairs: int, impls: dict,
             anchor: bool = True) -> dict:
     n = n_inputs(*shape)
-    xs, dys, params = T.make_inputs(0, shape, T.DTYPES[dtype], n)
-    args = (xs, dys, params[: T.N_PARAMS[op]])
-    jn = T.make_step(impls["jaxnorm"][op], direction, n, anchor=anchor)
-    xla = T.make_step(impls["xla"][op], direction, n, anchor=anchor)
+    if op == CE:
+        args, fns = ce_case(shape, dtype, n)
+    else:
+        xs, dys, params = T.make_inputs(0, shape, T.DTYPES[dtype], n)
+        args = (xs, dys, params[: T.N_PARAMS[op]])
+        fns = {"jaxnorm": impls["jaxnorm"][op], "xla": impls["xla"][op]}
+    jn = T.make_step(fns["jaxnorm"], direction, n, anchor=anchor)
+    xla = T.make_step(fns["xla"], direction, n, anchor=anchor)
     check = T.compare(jn(*args), xla(*args), dtype)  # also the compile calls
     for f in (jn, xla):  # warm-up
         timed(f, args)
@@ -128,13 +154,15 @@ def method(pairs: int, anchor: bool = True) -> str:
             f"one warm-up call each, {pairs} pairs of calls are timed alternately (jaxnorm then XLA, "
             f"wall clock around the call and block_until_ready); ratio = XLA time / jaxnorm time per "
             f"pair, median over the pairs (min–max beside it); the ms columns are median call time / N. "
-            f"Norm parameters float32, epsilon 1e-6; softmax over the last axis, no mask. "
+            f"Norm parameters float32, epsilon 1e-6; softmax over the last axis, no mask; "
+            f"softmax_cross_entropy with random integer labels and no options, fwd+bwd its "
+            f"gradient with respect to the logits for a random-normal per-row cotangent. "
             f"Check: jaxnorm's outputs for the first input against XLA's (jaxnorm/_timing.py).")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ops", default=",".join(T.OPS))
+    p.add_argument("--ops", default=",".join(T.OPS), help=f"comma-separated; {CE} too on request")
     p.add_argument("--dtypes", default="float32,bfloat16")
     p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
     p.add_argument("--directions", default=",".join(T.DIRECTIONS))
