@@ -4,6 +4,7 @@
 
     python benchmarks/bench_cpu.py --out benchmarks/results/cpu-<commit>.md
     python benchmarks/bench_cpu.py --ops softmax --dtypes float32 --shapes 256x1024 --pairs 9
+    python benchmarks/bench_cpu.py --ops softmax_cross_entropy --shapes 64x32000 --out FILE --append
     MALLOC_TRIM_THRESHOLD_=4000000000 MALLOC_MMAP_THRESHOLD_=4000000000 \
         python benchmarks/bench_cpu.py --shapes 256x1024,32x8192 --out FILE --append
 
@@ -14,11 +15,16 @@ pair gives one ratio XLA time / jaxnorm time, and the table reports the median o
 most 16) so that its fixed dispatch cost stays small; jaxnorm's outputs for the first input
 are checked against XLA's (jaxnorm/_timing.py's tolerances).
 
-At small shapes much of the time can go to the kernel mapping fresh output pages (over half of
-jaxnorm's at 32x8192 in one profile), and how many pages are fresh depends on when glibc's malloc
-hands freed outputs back to the system (its dynamic trim threshold, which a program's large
-temporaries raise), which differs between jaxnorm's program and XLA's. The MALLOC_* variables above
-fix those thresholds for both implementations alike; a run records them in its heading.
+At small shapes much of the time can go to the kernel mapping fresh output pages, and how many
+pages are fresh depends on the thread that allocated the outputs and on when glibc's malloc hands
+freed memory back to the system (its dynamic trim threshold, which a program's large temporaries
+raise). XLA runs a program of jaxnorm's custom calls alone inline on the calling thread (its cost
+model counts custom calls as cheap), whose heap glibc trims: every call then wrote fresh pages,
+2-4x the kernel time at 1 MB. So each timed function also computes a small anchor, the same for
+both implementations, that makes XLA run both on its worker threads, as it runs any program with
+real work (jaxnorm/_timing.py, _dispatch_anchor; --no-anchor times the programs alone). The
+MALLOC_* variables above fix glibc's thresholds for both implementations alike; a run records them
+and --no-anchor in its heading.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 import jax
+import jax.numpy as jnp
 
 try:
-    import jaxnorm  # noqa: F401
+    import jaxnorm
 except ImportError:  # a source checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import jaxnorm
+import jaxnorm.reference
 from jaxnorm import _timing as T
 
 SHAPES = [(256, 1024), (8192, 1024), (32, 8192), (64, 65536)]
@@ -54,12 +65,33 @@ def timed(f, args) -> float:
     return time.perf_counter() - t0
 
 
-def measure(op: str, dtype: str, shape, direction: str, pairs: int, impls: dict) -> dict:
+CE = "softmax_cross_entropy"  # timed with --ops softmax_cross_entropy (not in the default ops)
+
+
+def ce_case(shape, dtype: str, n: int):
+    """Softmax cross-entropy in the row ops' harness: N logits inputs, one set of random integer
+    labels (constants of the program), a random-normal per-row loss cotangent for fwd+bwd."""
+    rows, cols = shape
+    xs, _, _ = T.make_inputs(0, shape, T.DTYPES[dtype], n, with_dy=False)
+    rng = np.random.default_rng(1)
+    labels = jnp.asarray(rng.integers(0, cols, rows), jnp.int32)
+    dys = tuple(jnp.asarray(rng.standard_normal(rows, np.float32)) for _ in range(n))
+    fns = {"jaxnorm": lambda x: jaxnorm.softmax_cross_entropy(x, labels),
+           "xla": lambda x: jaxnorm.reference.softmax_cross_entropy(x, labels)}
+    return (xs, dys, ()), fns
+
+
+def measure(op: str, dtype: str, shape, direction: str, pairs: int, impls: dict,
+            anchor: bool = True) -> dict:
     n = n_inputs(*shape)
-    xs, dys, params = T.make_inputs(0, shape, T.DTYPES[dtype], n)
-    args = (xs, dys, params[: T.N_PARAMS[op]])
-    jn = T.make_step(impls["jaxnorm"][op], direction, n)
-    xla = T.make_step(impls["xla"][op], direction, n)
+    if op == CE:
+        args, fns = ce_case(shape, dtype, n)
+    else:
+        xs, dys, params = T.make_inputs(0, shape, T.DTYPES[dtype], n)
+        args = (xs, dys, params[: T.N_PARAMS[op]])
+        fns = {"jaxnorm": impls["jaxnorm"][op], "xla": impls["xla"][op]}
+    jn = T.make_step(fns["jaxnorm"], direction, n, anchor=anchor)
+    xla = T.make_step(fns["xla"], direction, n, anchor=anchor)
     check = T.compare(jn(*args), xla(*args), dtype)  # also the compile calls
     for f in (jn, xla):  # warm-up
         timed(f, args)
@@ -105,26 +137,40 @@ def commit() -> str:
         return os.environ.get("COMMIT", "unknown")
 
 
-def method(pairs: int) -> str:
+def method(pairs: int, anchor: bool = True) -> str:
+    anchor_text = (
+        "Each jitted function also returns the sum of squares of its first input's first 2048 "
+        "elements (about 1 us, the same on both sides), so that XLA runs both programs on its "
+        "worker threads as it does any program with real work: a program of jaxnorm's custom calls "
+        "alone counts as cheap in XLA's cost model and runs inline on the calling thread, whose "
+        "heap glibc trims, so its outputs come back as fresh pages (jaxnorm/_timing.py, "
+        "_dispatch_anchor). " if anchor else
+        "No anchor computation (--no-anchor): jaxnorm's program, of custom calls alone, runs inline "
+        "on the calling thread and XLA's on its worker threads (jaxnorm/_timing.py, "
+        "_dispatch_anchor). ")
     return (f"Each cell: jax.jit of the op over N distinct random-normal inputs (N * elements >= 2^22, "
             f"N <= 16; fwd+bwd = jax.vjp and the pullback of a random-normal dy, every gradient "
-            f"returned), for jaxnorm and for jaxnorm.reference compiled by XLA. After compiling and "
+            f"returned), for jaxnorm and for jaxnorm.reference compiled by XLA. {anchor_text}After compiling and "
             f"one warm-up call each, {pairs} pairs of calls are timed alternately (jaxnorm then XLA, "
             f"wall clock around the call and block_until_ready); ratio = XLA time / jaxnorm time per "
             f"pair, median over the pairs (min–max beside it); the ms columns are median call time / N. "
-            f"Norm parameters float32, epsilon 1e-6; softmax over the last axis, no mask. "
+            f"Norm parameters float32, epsilon 1e-6; softmax over the last axis, no mask; "
+            f"softmax_cross_entropy with random integer labels and no options, fwd+bwd its "
+            f"gradient with respect to the logits for a random-normal per-row cotangent. "
             f"Check: jaxnorm's outputs for the first input against XLA's (jaxnorm/_timing.py).")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ops", default=",".join(T.OPS))
+    p.add_argument("--ops", default=",".join(T.OPS), help=f"comma-separated; {CE} too on request")
     p.add_argument("--dtypes", default="float32,bfloat16")
     p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
     p.add_argument("--directions", default=",".join(T.DIRECTIONS))
     p.add_argument("--pairs", type=int, default=15, help="alternating timed pairs per cell (15)")
     p.add_argument("--out", help="write the Markdown result here")
     p.add_argument("--append", action="store_true", help="add this run to --out as a section")
+    p.add_argument("--no-anchor", action="store_true",
+                   help="time the ops' programs alone (XLA then runs jaxnorm's inline on the calling thread)")
     a = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
     impls = T.implementations(include_tokamax=False)
@@ -134,7 +180,7 @@ def main(argv=None) -> int:
         for dtype in a.dtypes.split(","):
             for shape in shapes:
                 for d in a.directions.split(","):
-                    r = measure(op, dtype, shape, d, a.pairs, impls)
+                    r = measure(op, dtype, shape, d, a.pairs, impls, anchor=not a.no_anchor)
                     recs.append(r)
                     print(f"{op:<11} {dtype:<8} {shape[0]:>5}x{shape[1]:<6} {d:<7} jaxnorm "
                           f"{fmt_ms(r['jaxnorm_s']):>7} ms  XLA {fmt_ms(r['xla_s']):>7} ms  ratio "
@@ -147,17 +193,19 @@ def main(argv=None) -> int:
                    f"jax {jax.__version__}, {platform.platform()}")
         malloc_env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_"))
         command = f"{malloc_env + ' ' if malloc_env else ''}python benchmarks/bench_cpu.py {' '.join(sys.argv[1:])}"
+        setting = (malloc_env or "the default environment") + (", the ops' programs alone (--no-anchor)"
+                                                                if a.no_anchor else "")
         body = (f"{datetime.date.today()}, {machine}; {time.perf_counter() - t0:.0f} s. "
-                f"Command: `{command}`.\n\nMethod: {method(a.pairs)}\n\n"
+                f"Command: `{command}`.\n\nMethod: {method(a.pairs, not a.no_anchor)}\n\n"
                 f"### Summary (ratio = XLA time / jaxnorm time)\n\n{summary(recs)}\n\n"
                 f"### Every cell\n\n{table(recs)}\n")
         if a.append:
-            heading = f"\n## Run with {malloc_env or 'the default environment'}\n\n"
+            heading = f"\n## Run with {setting}\n\n"
             with open(a.out, "a") as f:
                 f.write(heading + body)
         else:
             Path(a.out).write_text(f"# CPU: jaxnorm vs XLA, commit {commit()}\n\n## Run with "
-                                   f"{malloc_env or 'the default environment'}\n\n" + body)
+                                   f"{setting}\n\n" + body)
         print(f"wrote {a.out}")
     return 1 if failed else 0
 

@@ -508,7 +508,7 @@ def timing(dtype_name: str | None) -> int:
                   f"{T.fmt_time(copy['time_s']):>10} {'':>10} {'':>7} {T.fmt_bw(copy['bw_Bps']):>11}")
         else:
             print(f"copy baseline failed: {copy.get('error')}")
-    print("Method: " + T.method_text(reps, min_time, max_time, rounds=ROUNDS))
+    print("Method: " + T.method_text(reps, min_time, max_time, rounds=ROUNDS, backend=backend))
     print(conclusion(speedups, backend))
     return failures
 
@@ -525,7 +525,10 @@ def conclusion(speedups: list[float], backend: str) -> str:
             f"in {slower} of {len(s)} timings.")
     if backend == "cpu":
         text += (" These are single timings of ~1 MB inputs: on a shared or busy machine they move "
-                 "by up to 2x between runs, so read a ratio near 1 as a tie. "
+                 "by up to 2x between runs, so read a ratio near 1 as a tie. They time the ops in "
+                 "programs with other work, as in a model; a program of jaxnorm calls alone (one op "
+                 "called eagerly, outside a larger jit) runs inline on the calling thread, where "
+                 "freshly mapped outputs can make a 1 MB call 2-4x slower. "
                  "benchmarks/bench_cpu.py measures same-run ratios over more shapes, and the README "
                  "states what was measured on a 2-core machine.")
     return text
@@ -553,7 +556,12 @@ def self_check_transforms() -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jaxnorm", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m jaxnorm",
+        description="Environment report, self-check of every op against jaxnorm.reference, and a "
+                    "small timing table of jaxnorm against XLA on this machine's default device "
+                    "(CPU or GPU), ending with what it means: jaxnorm's speed relative to XLA's code "
+                    "for the same jax.numpy ops on this machine.")
     p.add_argument("--no-bench", action="store_true", help="skip the timing table")
     p.add_argument("--no-check", action="store_true", help="skip the self-check")
     p.add_argument("--dtype", choices=["float32", "bfloat16"],

@@ -51,16 +51,28 @@ def call_overhead(n: int, reps: int = 50) -> float:
 
 
 def method_text(reps: int, min_time: float, max_time: float, n_inputs: str = "",
-                rounds: int = 1) -> str:
+                rounds: int = 1, backend: str = "gpu") -> str:
+    """The timing method in words; `backend` "cpu" describes the CPU table (its sizes, the
+    dispatch anchor) instead of the GPU one."""
+    cpu = backend == "cpu"
     n_desc = n_inputs or (
+        "N = 2 GiB / bytes of one input, clamped to [4, 16]: 16 at the CPU table's 1 MB inputs"
+        if cpu else
         "N = 2 GiB / bytes of one input, clamped to [4, 16]: at 2^27 elements 4 for float32 and "
         "8 for bfloat16"
     )
     return (
         "Timing. Each implementation is wrapped in one jax.jit function that applies the op to a "
         f"tuple of N distinct random-normal inputs ({n_desc}), each of the full configured size, so "
-        "the N kernels (or kernel sequences) run back to back with no host dispatch between them "
-        "and, at 2^27 elements, the data far exceeds the 50 MB L2. The first call (compile) and 2 "
+        "the N kernels (or kernel sequences) run back to back with no host dispatch between them"
+        + (". On CPU each such function also returns the sum of squares of its first input's "
+           "first 2048 elements (about 1 us, the same for every implementation), so that XLA runs "
+           "every program on its worker threads, as it does any program with real work: a program "
+           "of jaxnorm's custom calls alone counts as cheap in XLA's cost model and would run inline "
+           "on the calling thread, where freshly mapped output pages cost 2-4x the kernel time at "
+           "1 MB (jaxnorm/_timing.py, _dispatch_anchor). " if cpu else
+           " and, at 2^27 elements, the data far exceeds the 50 MB L2. ")
+        + "The first call (compile) and 2 "
         "more warm-up calls are not timed; then each call is wall-clocked with time.perf_counter "
         f"around the call plus jax.block_until_ready, at least {reps} times ("
         + (f"and until {min_time:g} s is spent, " if min_time > 0 else "")
@@ -164,8 +176,9 @@ def try_import_tokamax():
     return tokamax
 
 
-def make_step(fn: Callable, direction: str, n_inputs: int) -> Callable:
-    """jax.jit'ed f(xs, dys, params) over N inputs.
+def make_step(fn: Callable, direction: str, n_inputs: int, anchor: bool | None = None) -> Callable:
+    """jax.jit'ed f(xs, dys, params) over N inputs; with `anchor` (default: on CPU) the program
+    also computes a small anchor that XLA does not count as cheap (see _dispatch_anchor).
 
     fwd:     returns (y_0, ..., y_{N-1})
     fwd+bwd: returns ((y, dx[, dscale[, dbias]]) for each input)
@@ -187,7 +200,26 @@ def make_step(fn: Callable, direction: str, n_inputs: int) -> Callable:
 
     else:
         raise ValueError(f"unknown direction {direction!r}")
-    return jax.jit(step)
+    if not (jax.default_backend() == "cpu" if anchor is None else anchor):
+        return jax.jit(step)
+    anchored = jax.jit(lambda xs, dys, params: (step(xs, dys, params), _dispatch_anchor(xs[0])))
+    return lambda xs, dys, params: anchored(xs, dys, params)[0]
+
+
+# XLA's CPU client runs a program that its cost model counts as cheap (under 1000 flops, where a
+# custom call counts -1) inline on the calling thread, and any other program on its worker
+# threads. A program of jaxnorm's custom calls alone is "cheap"; the jax.numpy reference is not.
+# Their outputs were then allocated on different threads: jaxnorm's from the Python thread's
+# heap, which glibc trims as they are freed, so that at 1 MB every call wrote fresh pages and
+# paid 2-4x its kernel time in page faults, and XLA's from a worker thread's arena, reused
+# warm. In a model the ops sit in programs with other work and run on the worker threads, so
+# on CPU every timed function gets other work, the same for every implementation: the sum of
+# squares of the first input's first 2048 elements (about a microsecond), returned and dropped.
+ANCHOR_ELEMENTS = 2048
+
+
+def _dispatch_anchor(x):
+    return jnp.sum(jnp.square(x.reshape(-1)[:ANCHOR_ELEMENTS].astype(jnp.float32)))
 
 
 def make_copy(n_inputs: int) -> Callable:

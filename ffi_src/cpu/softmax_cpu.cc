@@ -16,78 +16,105 @@ namespace jaxnorm {
 namespace {
 
 // One pass for the max (NaN kept), one for exp(x - max) and its sum, one for the outputs: one
-// exp per element, every loop vectorized (vec_math.h). Softmax keeps the exps in `e` for its
-// output pass; log-softmax needs only their sum.
+// exp per element, the max and the sum computed in vector registers as they are reduced
+// (vec_math.h lane_max_at, lane_sum), the output loops vectorized by the compiler. Softmax
+// keeps the exps in `e` for its output pass; log-softmax needs only their sum.
 template <class T, class Keep>
-JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, int64_t cols, bool log) {
-  const float m = lane_max(cols, [&](int64_t c) { return keep(c) ? xr[c] : -INFINITY; });
+JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, int64_t cols, bool log,
+                                   const NextRow& next) {
+  const float m = lane_max_at(cols, [&](auto at) {
+    using V = typename decltype(at)::V;
+    return pick(keep.mask(at), at(xr), lit<V>(-INFINITY));
+  });
   if (m == -INFINITY) {  // every kept logit is -inf, or none is kept: jax.nn's NaN / 0 / -inf
     const SoftmaxRow row = softmax_row(m, 0.f, log);
     for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(softmax_apply(xr[c], keep(c), row, log));
     return;
   }
-  const auto exp_kept = [&](int64_t c) {
-    const float ev = exp_nonpos(xr[c] - m);
-    return keep(c) ? ev : 0.f;
+  const auto exp_kept = [&](auto at) {
+    using V = typename decltype(at)::V;
+    return pick(keep.mask(at), exp_nonpos(at(xr) - m), lit<V>(0.f));
   };
   if (log) {
-    const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, exp_kept)), log);
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = (xr[c] - row.max) - row.k;
-      yr[c] = from_float<T>(keep(c) ? v : -INFINITY);
-    }
+    const SoftmaxRow row = softmax_row(m, static_cast<float>(lane_sum(cols, exp_kept)), log);
+    for_pieces(cols, next, [&](int64_t c0, auto w) {
+      for (int64_t c = c0; c < c0 + w; ++c) {
+        const float v = (xr[c] - row.max) - row.k;
+        yr[c] = from_float<T>(keep(c) ? v : -INFINITY);
+      }
+    });
     return;
   }
-  const SoftmaxRow row = softmax_row(m, static_cast<float>(block_sum(cols, [&](int64_t c) {
-                                       const float ev = exp_kept(c);
-                                       e[c] = ev;
+  const SoftmaxRow row = softmax_row(m, static_cast<float>(lane_sum(cols, [&](auto at) {
+                                       const auto ev = exp_kept(at);
+                                       at.put(e, ev);
                                        return ev;
                                      })),
                                      log);
-  for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(e[c] * row.k);
+  for_pieces(cols, next, [&](int64_t c0, auto w) {
+    for (int64_t c = c0; c < c0 + w; ++c) yr[c] = from_float<T>(e[c] * row.k);
+  });
 }
 
 template <class T>
 JN_CPU_CLONES void softmax_fwd_rows(const T* x, const bool* mask, T* y, Rows s, bool log, int64_t begin, int64_t end) {
-  std::vector<float> e(static_cast<size_t>(s.cols));
-  FloatRows<T> xf(s.cols);
+  float* e = log ? nullptr : row_scratch(2, s.cols);  // softmax's exps
+  FloatRows<T> xf(s.cols, 0);
   for (int64_t r = begin; r < end; ++r) {
+    NextRow next;
+    if (r + 1 < end) {
+      next.add(x + (r + 1) * s.cols);
+      if (mask) next.add(mask + (r + 1) * s.cols);
+    }
     if (mask) {
-      softmax_fwd_row(xf(x + r * s.cols), KeepMask{mask + r * s.cols}, y + r * s.cols, e.data(), s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepMask{mask + r * s.cols}, y + r * s.cols, e, s.cols, log, next);
     } else {
-      softmax_fwd_row(xf(x + r * s.cols), KeepAll{}, y + r * s.cols, e.data(), s.cols, log);
+      softmax_fwd_row(xf(x + r * s.cols), KeepAll{}, y + r * s.cols, e, s.cols, log, next);
     }
   }
 }
 
 template <class T, class Keep>
-JN_VEC_INLINE void softmax_bwd_row(const float* y, const float* dy, Keep keep, T* dx, int64_t cols, bool log) {
-  const float sf = static_cast<float>(block_sum(cols, [&](int64_t c) {
-    return softmax_bwd_term(y[c], dy[c], keep(c), log);
+JN_VEC_INLINE void softmax_bwd_row(const float* y, const float* dy, Keep keep, T* dx, int64_t cols, bool log,
+                                   const NextRow& next) {
+  // softmax_bwd_term's sum (dy, or dy * y, where kept), in vector registers.
+  const float sf = static_cast<float>(lane_sum(cols, [&](auto at) {
+    using V = typename decltype(at)::V;
+    return pick(keep.mask(at), log ? at(dy) : at(dy) * at(y), lit<V>(0.f));
   }));
   if (log) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = dy[c] - exp_nonpos(y[c]) * sf;
-      dx[c] = from_float<T>(keep(c) ? v : 0.f);
-    }
+    for_pieces(cols, next, [&](int64_t c0, auto w) {
+      for (int64_t c = c0; c < c0 + w; ++c) {
+        const float v = dy[c] - exp_nonpos(y[c]) * sf;
+        dx[c] = from_float<T>(keep(c) ? v : 0.f);
+      }
+    });
   } else {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float yv = y[c], v = yv * (dy[c] - sf);
-      dx[c] = from_float<T>(keep(c) ? v : 0.f);
-    }
+    for_pieces(cols, next, [&](int64_t c0, auto w) {
+      for (int64_t c = c0; c < c0 + w; ++c) {
+        const float yv = y[c], v = yv * (dy[c] - sf);
+        dx[c] = from_float<T>(keep(c) ? v : 0.f);
+      }
+    });
   }
 }
 
 template <class T>
 JN_CPU_CLONES void softmax_bwd_rows(const T* y, const T* dy, const bool* mask, T* dx, Rows s, bool log,
                                     int64_t begin, int64_t end) {
-  FloatRows<T> yf(s.cols), dyf(s.cols);
+  FloatRows<T> yf(s.cols, 0), dyf(s.cols, 1);
   for (int64_t r = begin; r < end; ++r) {
     const int64_t o = r * s.cols;
+    NextRow next;
+    if (r + 1 < end) {
+      next.add(y + o + s.cols);
+      next.add(dy + o + s.cols);
+      if (mask) next.add(mask + o + s.cols);
+    }
     if (mask) {
-      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepMask{mask + o}, dx + o, s.cols, log);
+      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepMask{mask + o}, dx + o, s.cols, log, next);
     } else {
-      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepAll{}, dx + o, s.cols, log);
+      softmax_bwd_row(yf(y + o), dyf(dy + o), KeepAll{}, dx + o, s.cols, log, next);
     }
   }
 }
