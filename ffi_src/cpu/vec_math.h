@@ -246,6 +246,16 @@ JN_VEC_INLINE void for_pieces(int64_t n, const NextRow& next, const Body& body) 
   }
 }
 
+// The lanes' maxima merged into the scalar tail's: NaN if any term was.
+JN_VEC_INLINE float merge_lane_max(v8f acc0, v8f acc1, v8i bad, float m, int32_t any) {
+  for (int j = 0; j < 8; ++j) {
+    m = acc0[j] > m ? acc0[j] : m;
+    m = acc1[j] > m ? acc1[j] : m;
+    any |= bad[j];
+  }
+  return any ? NAN : m;
+}
+
 // max of term(c) over [0, n) (-inf when n == 0), NaN when any term is NaN: two 8-float vector
 // lanes (max and NaN tests per lane, no serial compare chain).
 template <class Term>
@@ -271,12 +281,7 @@ JN_VEC_INLINE float lane_max(int64_t n, const Term& term) {
                              any |= v != v;
                            }
                          });
-  for (int j = 0; j < 8; ++j) {
-    m = acc0[j] > m ? acc0[j] : m;
-    m = acc1[j] > m ? acc1[j] : m;
-    any |= bad[j];
-  }
-  return any ? NAN : m;
+  return merge_lane_max(acc0, acc1, bad, m, any);
 }
 
 // lane_max of a term over rows read through At1/At8 (see lane_sum), computed in registers: the
@@ -299,12 +304,7 @@ JN_VEC_INLINE float lane_max_at(int64_t n, const Term& term) {
     m = v > m ? v : m;
     any |= v != v;
   }
-  for (int j = 0; j < 8; ++j) {
-    m = acc0[j] > m ? acc0[j] : m;
-    m = acc1[j] > m ? acc1[j] : m;
-    any |= bad[j];
-  }
-  return any ? NAN : m;
+  return merge_lane_max(acc0, acc1, bad, m, any);
 }
 
 }  // namespace jaxnorm
