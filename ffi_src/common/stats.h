@@ -29,7 +29,7 @@ JN_HD WelfordT<F> welford_identity() { return {F(0), F(0), F(0)}; }
 
 // The GPU merges these statistics at every level of a butterfly, in every lane of a row: with
 // 32 elements a thread, a merge by IEEE division and two expf's (~35 instructions) at 9-10 levels
-// was about 60% of a bf16 forward's instructions (Nsight Compute: 26 an element at 16384
+// were by count most of a bf16 forward's instructions (Nsight Compute: 26 an element at 16384
 // columns). On the device the merges use the hardware's reciprocal (refined) and ex2 instead
 // (ex2: relative error ~2^-22 a level, inside every result's float32 term tolerance; still
 // symmetric, so still bitwise reproducible). The CPU keeps the library calls. Knob for A/B runs:
