@@ -152,6 +152,26 @@ def test_sample_per_row_params(rng):
         assert_distribution(tokens[g * reps:(g + 1) * reps], np.asarray(probs, np.float64))
 
 
+FLAT_FILTERS = [dict(top_k=2500), dict(top_p=0.6), dict(top_k=3000, top_p=0.5), dict(top_k=40, top_p=0.9)]
+
+
+@pytest.mark.wide(cpu=True)
+@pytest.mark.parametrize("kw", FLAT_FILTERS, ids=str)
+def test_flat_rows(kw, rng):
+    """Rows of four logit values, ~1500 tokens each: the tokens tied at any threshold outnumber
+    what a GPU gathers into one CTA (1024), so these rows take the radix passes there (the other
+    tests' rows mostly take the gather). Filters bit for bit; class frequencies by chi-square."""
+    vocab, draws = 6000, 3000
+    cls = rng.integers(0, 4, size=vocab)
+    row = jnp.asarray(0.7 * cls, jnp.float32)
+    assert same_filtered(jaxnorm.filter_logits(row[None], **kw), reference.filter_logits(row[None], **kw))
+    x = jnp.broadcast_to(row, (draws, vocab))
+    tokens = np.asarray(jaxnorm.sample(jax.random.key(int(rng.integers(1 << 30))), x, **kw))
+    probs = np.asarray(reference.sampling_probs(row, **kw), np.float64)
+    assert np.all(probs[tokens] > 0), "a token outside the filter was drawn"
+    assert_distribution(cls[tokens], np.bincount(cls, weights=probs, minlength=4))
+
+
 @pytest.mark.wide(cpu=True)
 @pytest.mark.parametrize("vocab", [128256])
 def test_sample_wide_rows_support(vocab, rng):

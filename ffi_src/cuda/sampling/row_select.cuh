@@ -2,7 +2,14 @@
 // chunk of the row into shared memory once (the row's only DRAM read), and every later pass
 // (radix-select histograms, the Gumbel draw, the filtered store) reads those copies.
 //
-// Thresholds are found by radix select: each CTA histograms its chunk in shared memory, the
+// The sampling modes first try one gather: a histogram of value bins finds the bin that holds the
+// top-k boundary (or, top-p alone, the top-p crossing), and the tokens at or above it (or in it),
+// usually a few dozen to a few hundred, are gathered into CTA 0, which sorts them and resolves
+// the thresholds exactly, from the same keys and fixed-point masses as the radix passes below;
+// when it holds every token the filters can keep, CTA 0 also draws the token. Rows whose gather
+// would overflow CTA 0's buffer (flat rows, wide top-k) take the radix passes.
+//
+// Thresholds are otherwise found by radix select: each CTA histograms its chunk in shared memory, the
 // cluster sums the histograms through distributed shared memory (each CTA reads every peer's, so
 // all take the same decision), and the bin holding the target is refined in the next pass. A
 // pass stops early once the chosen bin holds exactly what is still needed. Counts and fixed-point
@@ -41,6 +48,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
 constexpr int kMaxCluster = 16;
 constexpr int kTopKMax = 2048;
+constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 4 a thread
 
 enum Mode : int { kSample = 0, kFilter = 1, kTopK = 2 };
 
@@ -66,6 +74,7 @@ struct SelectArgs {
   int64_t n_fin;
   const int32_t* end_id;   // (n_end), with finished
   int64_t n_end;
+  int64_t gather_cap;  // the sampling modes' gather limit: kCand (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
@@ -83,7 +92,11 @@ struct SelectShared {
   int wi[kWarps];
   uint32_t dec_bin;
   unsigned long long dec_above, dec_n, target;
-  uint32_t ncand;                       // CTA 0: top_k candidates gathered so far
+  uint32_t ncand;                       // CTA 0: candidates gathered so far
+  unsigned long long wsum[kWarps];      // block sums and scans
+  int wmax[kWarps];
+  unsigned long long gather_n;
+  uint32_t pub[4];                      // CTA 0's resolved thresholds (bin, key of top-k, top-p)
 };
 
 __device__ __forceinline__ bool better(float s, int i, float bs, int bi) { return s > bs || (s == bs && i < bi); }
@@ -111,24 +124,32 @@ __device__ float cluster_max(const cg::cluster_group& cl, SelectShared& sh, int&
   return m;
 }
 
-__device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int& phase, float s, int i) {
+// The block's best (score, index), left in sh.wf[0] / sh.wi[0] for thread 0 (callers sync
+// before others read it).
+__device__ void block_best(SelectShared& sh, float s, int i) {
   for (int o = 16; o > 0; o >>= 1) {
     const float s2 = __shfl_xor_sync(~0u, s, o);
     const int i2 = __shfl_xor_sync(~0u, i, o);
     if (better(s2, i2, s, i)) s = s2, i = i2;
   }
+  __syncthreads();  // an earlier reader of sh.wf / sh.wi is done
   if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = s, sh.wi[threadIdx.x / 32] = i;
   __syncthreads();
-  const int b = phase++ & 1;
   if (threadIdx.x == 0) {
     float bs = sh.wf[0];
     int bi = sh.wi[0];
     for (int w = 1; w < kWarps; ++w) {
       if (better(sh.wf[w], sh.wi[w], bs, bi)) bs = sh.wf[w], bi = sh.wi[w];
     }
-    sh.fval[b] = bs;
-    sh.ival[b] = bi;
+    sh.wf[0] = bs;
+    sh.wi[0] = bi;
   }
+}
+
+__device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int& phase, float s, int i) {
+  block_best(sh, s, i);
+  const int b = phase++ & 1;
+  if (threadIdx.x == 0) sh.fval[b] = sh.wf[0], sh.ival[b] = sh.wi[0];
   cl.sync();
   float s_r[kMaxCluster];
   int i_r[kMaxCluster];
@@ -166,7 +187,7 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh,
     unsigned long long q = 0;
     if (visit(i, d, q)) {
       atomicAdd(&sh.cnt[b][d], 1u);
-      if (kMass) atomicAdd(&sh.warp_mass[warp][d], q);
+      if (kMass && q) atomicAdd(&sh.warp_mass[warp][d], q);  // tail tokens weigh 0: skip their CAS loop
     }
   }
   if (kMass) {
@@ -293,6 +314,14 @@ struct Threshold {
   uint32_t key = 0;
 };
 
+// A token's mass exp(s) in fixed point and its Gumbel-max score: one definition for every path,
+// so the gather and the radix passes weigh and draw the same token bit for bit.
+__device__ __forceinline__ unsigned long long mass_of(float s) {
+  return __float2ull_rn(__expf(s) * static_cast<float>(kMassScale));
+}
+
+__device__ __forceinline__ float gumbel_score(float s, uint32_t word) { return s - __logf(-__logf(open_uniform(word))); }
+
 __device__ __forceinline__ uint32_t value_bin(float s) {
   return kBins - 1 - static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kBins - 1)));
 }
@@ -322,7 +351,7 @@ __device__ Threshold select_threshold(const cg::cluster_group& cl, SelectShared&
         if (bin != t.bin || (key & pmask) != prefix) return false;
         d = (key >> shift) & 0xffu;
       }
-      if (kMass) q = __float2ull_rn(__expf(s) * static_cast<float>(kMassScale));
+      if (kMass) q = mass_of(s);
       return true;
     });
     find_crossing<kMass>(sh, needed, kMass && first ? p : -1.0);
@@ -337,6 +366,235 @@ __device__ Threshold select_threshold(const cg::cluster_group& cl, SelectShared&
     if (sh.dec_n == (kMass ? 1 : needed)) break;  // the whole bin is in
   }
   return t;
+}
+
+// Block-wide sum and exclusive scan (in thread order) of one 64-bit value a thread.
+__device__ unsigned long long block_sum(SelectShared& sh, unsigned long long v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  __syncthreads();  // an earlier reader of sh.wsum is done
+  if (threadIdx.x % 32 == 0) sh.wsum[threadIdx.x / 32] = v;
+  __syncthreads();
+  unsigned long long t = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) t += sh.wsum[w];
+  return t;
+}
+
+__device__ unsigned long long block_exclusive_scan(SelectShared& sh, unsigned long long v) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned long long incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long t = __shfl_up_sync(~0u, incl, o);
+    if (lane >= o) incl += t;
+  }
+  __syncthreads();
+  if (lane == 31) sh.wsum[warp] = incl;
+  __syncthreads();
+  unsigned long long base = 0;
+  for (int w = 0; w < warp; ++w) base += sh.wsum[w];
+  return base + incl - v;
+}
+
+__device__ int block_max(SelectShared& sh, int v) {
+  v = __reduce_max_sync(~0u, v);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) sh.wmax[threadIdx.x / 32] = v;
+  __syncthreads();
+  int t = sh.wmax[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) t = max(t, sh.wmax[w]);
+  return t;
+}
+
+// Bitonic sort (descending) of cand[0, kp) by one CTA, kp a power of two: log2(kp)^2 / 2 barrier
+// steps instead of a kp^2 rank count.
+__device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
+  for (int size = 2; size <= kp; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < kp / 2; t += kThreads) {
+        const int i = 2 * t - (t & (stride - 1));
+        const int j = i + stride;
+        const bool desc = (i & size) == 0;
+        const unsigned long long x = cand[i], y = cand[j];
+        if ((x < y) == desc) cand[i] = y, cand[j] = x;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Appends the composites c of this CTA's tokens i < n with pick(i, c) to CTA 0's buffer `cand`
+// (the first `cap`; in no particular order, callers sort). A warp takes its slots by one atomic.
+template <class Pick>
+__device__ void gather_to_rank0(const cg::cluster_group& cl, SelectShared& sh, unsigned long long* cand, int n,
+                                unsigned cap, Pick pick) {
+  unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
+  unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
+  const int lane = threadIdx.x % 32;
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + threadIdx.x;
+    unsigned long long c = 0;
+    const bool sel = i < n && pick(i, c);
+    const unsigned ball = __ballot_sync(~0u, sel);
+    if (ball == 0) continue;
+    unsigned slot0 = 0;
+    if (lane == __ffs(ball) - 1) slot0 = atomicAdd(ncand, __popc(ball));
+    slot0 = __shfl_sync(~0u, slot0, __ffs(ball) - 1);
+    const unsigned slot = slot0 + __popc(ball & ((1u << lane) - 1));
+    if (sel && slot < cap) cand0[slot] = c;
+  }
+}
+
+// A candidate's composite: its key above, (last - index) below, so a descending sort orders by
+// value, then by index.
+__device__ __forceinline__ unsigned long long composite(uint32_t key, uint32_t last, int64_t index) {
+  return (static_cast<unsigned long long>(key) << 32) | (last - static_cast<uint32_t>(index));
+}
+
+__device__ __forceinline__ float key_value(uint32_t key) { return __uint_as_float(key_bits(key)); }
+
+// What the gather of a row collected in CTA 0 (the same in every CTA of the cluster).
+struct Gather {
+  bool fits = false;             // else: the radix passes
+  bool all = false;              // every token the filters can keep is among the candidates
+  int n = 0;                     // candidates
+  unsigned long long above = 0;  // mass of the larger tokens not gathered (top-p alone)
+  unsigned long long target = 0; // top-p's target over the whole row (top-p alone)
+};
+
+// The gather: one histogram pass over value bins, the boundary bin found as the radix path's
+// first pass finds it, then the tokens at or above it (top-k, or top-p alone when they fit) or
+// in it (top-p alone otherwise) appended to CTA 0's buffer. With top-k the histogram counts
+// only: CTA 0 weighs the gathered top-k set itself.
+template <class Token>
+__device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, int64_t c0,
+                                    uint32_t last, unsigned long long* cand, int64_t cap, const RowParams& q,
+                                    Token token) {
+  Gather g;
+  const bool weigh = q.use_p && !q.use_k;
+  auto visit = [&](int i, uint32_t& d, unsigned long long& w) {
+    float s;
+    uint32_t key;
+    token(i, s, d, key);
+    if (weigh) w = mass_of(s);
+    return true;
+  };
+  if (weigh) {
+    cluster_histogram<true>(cl, sh, phase, n, visit);
+    find_crossing<true>(sh, 0, q.p);
+  } else {
+    cluster_histogram<false>(cl, sh, phase, n, visit);
+    find_crossing<false>(sh, q.k, -1.0);
+  }
+  const uint32_t bin = sh.dec_bin;
+  const unsigned long long in_bin = sh.dec_n, above = sh.dec_above, target = sh.target;
+  if (threadIdx.x < 32) {  // tokens at or above the bin
+    unsigned long long c = 0;
+    for (int b = bin + threadIdx.x; b < kBins; b += 32) c += sh.bin_cnt[b];
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(~0u, c, o);
+    if (threadIdx.x == 0) sh.gather_n = c;
+  }
+  __syncthreads();
+  const unsigned long long at_or_above = sh.gather_n;
+  g.all = q.use_k || at_or_above <= static_cast<unsigned long long>(cap);
+  const unsigned long long count = g.all ? at_or_above : in_bin;
+  g.fits = count <= static_cast<unsigned long long>(cap) && (!q.use_k || static_cast<unsigned long long>(q.k) <= count);
+  if (!g.fits) return g;
+  g.n = static_cast<int>(count);
+  if (weigh) {
+    g.target = target;
+    g.above = g.all ? 0 : above;
+  }
+  const bool all = g.all;
+  gather_to_rank0(cl, sh, cand, n, kCand, [&](int i, unsigned long long& c) {
+    float s;
+    uint32_t b, key;
+    token(i, s, b, key);
+    if (all ? b < bin : b != bin) return false;
+    c = composite(key, last, c0 + i);
+    return true;
+  });
+  cl.sync();
+  return g;
+}
+
+// CTA 0, after a gather that fits: sorts the candidates and resolves top-k, top-p within it and
+// min-p as the radix path would (the k-th largest key; the last value whose strictly larger mass,
+// in the same fixed point, is below the target); publishes the thresholds in sh.pub. With kDraw
+// (and g.all) returns the token: the Gumbel-max over the kept candidates, with the noise the
+// full pass would give each of them.
+template <bool kDraw>
+__device__ int resolve_candidates(SelectShared& sh, unsigned long long* cand, const Gather& g, float m,
+                                  const RowParams& q, uint32_t last) {
+  constexpr int J = kCand / kThreads;
+  int kp = 2;
+  while (kp < g.n) kp <<= 1;
+  for (int i = g.n + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
+  __syncthreads();
+  bitonic_sort_desc(cand, kp);
+  const uint32_t kkey = q.use_k ? static_cast<uint32_t>(cand[q.k - 1] >> 32) : 0u;
+  // Candidate J * thread + j, recomputed in each step rather than held across the block
+  // reductions (registers): its key, s, and whether it is in the top-k set.
+  auto at = [&](int j, uint32_t& key, float& s) {
+    const int i = J * threadIdx.x + j;
+    key = i < g.n ? static_cast<uint32_t>(cand[i] >> 32) : 0u;
+    s = (key_value(key) - m) * q.inv_t;
+    return i < g.n && key >= kkey;
+  };
+  uint32_t pkey = 0;
+  if (q.use_p) {
+    unsigned long long local = 0;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      uint32_t key;
+      float s;
+      if (at(j, key, s)) local += mass_of(s);
+    }
+    const unsigned long long target = q.use_k ? top_p_target(q.p, block_sum(sh, local)) : g.target;
+    unsigned long long excl = g.above + block_exclusive_scan(sh, local);
+    int cut = -1;  // the last candidate that starts a value whose larger mass is below the target
+    uint32_t prev = J * threadIdx.x > 0 && J * threadIdx.x < g.n ? static_cast<uint32_t>(cand[J * threadIdx.x - 1] >> 32) : 0u;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int i = J * threadIdx.x + j;
+      uint32_t key;
+      float s;
+      if (!at(j, key, s)) break;
+      if ((i == 0 || key != prev) && excl < target) cut = i;
+      excl += mass_of(s);
+      prev = key;
+    }
+    cut = max(block_max(sh, cut), 0);  // the first candidate always qualifies
+    pkey = static_cast<uint32_t>(cand[cut] >> 32);
+  }
+  if (threadIdx.x == 0) {
+    sh.pub[0] = q.use_k ? value_bin((key_value(kkey) - m) * q.inv_t) : 0u;
+    sh.pub[1] = kkey;
+    sh.pub[2] = q.use_p ? value_bin((key_value(pkey) - m) * q.inv_t) : 0u;
+    sh.pub[3] = pkey;
+  }
+  int token = -1;
+  if (kDraw && g.all) {
+    float best = -INFINITY;
+    int best_i = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int i = J * threadIdx.x + j;
+      uint32_t key;
+      float s;
+      if (!at(j, key, s) || key < pkey || !(s >= q.log_min_p)) continue;
+      const int idx = static_cast<int>(last - static_cast<uint32_t>(cand[i]));
+      const Philox4 r = token_words(static_cast<uint32_t>(idx) >> 2, q.row_in_key, q.key0, q.key1);
+      const uint32_t word = idx & 2 ? (idx & 1 ? r.v[3] : r.v[2]) : (idx & 1 ? r.v[1] : r.v[0]);  // no local array
+      const float score = gumbel_score(s, word);
+      if (better(score, idx, best, best_i)) best = score, best_i = idx;
+    }
+    block_best(sh, best, best_i);
+    token = sh.wi[0];  // thread 0's
+  }
+  __syncthreads();  // every read of cand is done before the next row's gather
+  if (threadIdx.x == 0) sh.ncand = 0;
+  return token;
 }
 
 // The element type of the shared-memory copy: the logits as loaded, or their float sums with
@@ -390,21 +648,34 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
       constexpr int N = kVecOf<T>;
       int i0 = 0;
       if (a.vec) {
-        for (int pk = threadIdx.x; pk < n / N; pk += kThreads) {
-          const Pack<T, N> v = load_raw<T, N>(grow + pk * N);
-          if constexpr (kBias) {
-            float b[N];
-            load_pack<float, N>(gbias + pk * N, b);
-            Pack<float, N> sum;
+        // U packs a thread in flight before any is stored (the copy is the row's DRAM read): the
+        // most that stay within the 80 registers of 3 CTAs an SM without spilling (ptxas, nvcc 13).
+        constexpr int U = kBias && kMode == kFilter ? 1 : (kBias || sizeof(T) == 2 ? 2 : 4);
+        const int npk = n / N;
+        for (int base = threadIdx.x; base < npk; base += U * kThreads) {
+          Pack<T, N> v[U];
 #pragma unroll
-            for (int j = 0; j < N; ++j) sum.v[j] = to_float(v.v[j]) + b[j];
-            *reinterpret_cast<Pack<float, N>*>(smem_chunk + pk * N) = sum;
+          for (int u = 0; u < U; ++u) {
+            if (base + u * kThreads < npk) v[u] = load_raw_nc<T, N>(grow + (base + u * kThreads) * N);
+          }
 #pragma unroll
-            for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(sum.v[j], false));
-          } else {
-            *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v;
+          for (int u = 0; u < U; ++u) {
+            const int pk = base + u * kThreads;
+            if (pk >= npk) break;
+            if constexpr (kBias) {
+              float b[N];
+              load_pack<float, N>(gbias + pk * N, b);
+              Pack<float, N> sum;
 #pragma unroll
-            for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(to_float(v.v[j]), false));
+              for (int j = 0; j < N; ++j) sum.v[j] = to_float(v[u].v[j]) + b[j];
+              *reinterpret_cast<Pack<float, N>*>(smem_chunk + pk * N) = sum;
+#pragma unroll
+              for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(sum.v[j], false));
+            } else {
+              *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v[u];
+#pragma unroll
+              for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(to_float(v[u].v[j]), false));
+            }
           }
         }
         i0 = n / N * N;
@@ -444,47 +715,20 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
                           },
                           &remaining, &exact_i);
       }
-      // Gather the k winners into CTA 0 (slots by a warp-aggregated atomic: any order, sorted below).
-      unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
-      unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
-      for (int base = 0; base < n; base += kThreads) {
-        const int i = base + threadIdx.x;
-        bool sel = false;
-        uint32_t key = 0, ikey = 0;
-        if (i < n) {
-          key = order_key(__float_as_uint(to_float(src[i])));
-          ikey = last - static_cast<uint32_t>(c0 + i);
-          sel = key > tv || (key == tv && ikey >= ti);
-        }
-        const unsigned ball = __ballot_sync(~0u, sel);
-        if (ball == 0) continue;
-        const int lane = threadIdx.x % 32;
-        unsigned slot0 = 0;
-        if (lane == __ffs(ball) - 1) slot0 = atomicAdd(ncand, __popc(ball));
-        slot0 = __shfl_sync(~0u, slot0, __ffs(ball) - 1);
-        const unsigned slot = slot0 + __popc(ball & ((1u << lane) - 1));
-        if (sel && slot < a.k) cand0[slot] = (static_cast<unsigned long long>(key) << 32) | ikey;
-      }
+      // The k winners into CTA 0, sorted there.
+      gather_to_rank0(cl, sh, cand, n, static_cast<unsigned>(a.k), [&](int i, unsigned long long& c) {
+        const uint32_t key = order_key(__float_as_uint(to_float(src[i])));
+        const uint32_t ikey = last - static_cast<uint32_t>(c0 + i);
+        c = composite(key, last, c0 + i);
+        return key > tv || (key == tv && ikey >= ti);
+      });
       cl.sync();
       if (rank == 0) {
-        // Bitonic sort (descending) of the k unique composite keys, padded with 0 to a power of
-        // two: log2(k)^2 / 2 barrier steps instead of a k^2 rank count.
         int kp = 1;
         while (kp < a.k) kp <<= 1;
         for (int i = static_cast<int>(a.k) + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
         __syncthreads();
-        for (int size = 2; size <= kp; size <<= 1) {
-          for (int stride = size / 2; stride > 0; stride >>= 1) {
-            for (int t = threadIdx.x; t < kp / 2; t += kThreads) {
-              const int i = 2 * t - (t & (stride - 1));
-              const int j = i + stride;
-              const bool desc = (i & size) == 0;
-              const unsigned long long x = cand[i], y = cand[j];
-              if ((x < y) == desc) cand[i] = y, cand[j] = x;
-            }
-            __syncthreads();
-          }
-        }
+        bitonic_sort_desc(cand, kp);
         // A key of 0 (-NaN at the last column) ties with the padding; it can only be the k-th.
         int32_t* out = static_cast<int32_t*>(a.out) + r * a.k;
         for (int i = threadIdx.x; i < a.k; i += kThreads) out[i] = static_cast<int32_t>(last - static_cast<uint32_t>(cand[i]));
@@ -506,7 +750,24 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
         key = order_key(__float_as_uint(v));
       };
       Threshold tk, tp;
-      if (m != -INFINITY && !q.greedy) {
+      bool drawn = false;  // CTA 0 drew the row's token from its candidates
+      Gather g;
+      if (m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
+        g = gather_candidates(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand, a.gather_cap, q, token);
+      }
+      if (g.fits) {
+        constexpr bool kDraw = kMode == kSample;
+        drawn = kDraw && g.all;
+        if (rank == 0) {
+          const int t = resolve_candidates<kDraw>(sh, cand, g, m, q, static_cast<uint32_t>(a.cols - 1));
+          if (drawn && threadIdx.x == 0) static_cast<int32_t*>(a.out)[r] = t;
+        }
+        if (!drawn) {
+          cl.sync();
+          const uint32_t* pub = cl.map_shared_rank(sh.pub, 0);
+          tk.bin = pub[0], tk.key = pub[1], tp.bin = pub[2], tp.key = pub[3];
+        }
+      } else if (m != -INFINITY && !q.greedy) {
         if (q.use_k) {
           tk = select_threshold<false>(cl, sh, phase, n, q.k, -1.0, token, [](uint32_t, uint32_t) { return true; });
         }
@@ -520,7 +781,9 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
         token(i, s, bin, key);
         return m != -INFINITY && keeps(tk, bin, key) && keeps(tp, bin, key) && s >= q.log_min_p;
       };
-      if constexpr (kMode == kFilter) {
+      if (drawn) {
+        // nothing left: the peers go on to their next row
+      } else if constexpr (kMode == kFilter) {
         T* out = static_cast<T*>(a.out) + r * a.cols + c0;
         const T neg_inf = from_float<T>(-INFINITY);
         for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -555,7 +818,7 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
             const Philox4 w = token_words(static_cast<uint32_t>((c0 >> 2) + g), q.row_in_key, q.key0, q.key1);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              const float score = s[j] - __logf(-__logf(open_uniform(w.v[j])));
+              const float score = gumbel_score(s[j], w.v[j]);
               const int idx = static_cast<int>(c0) + 4 * g + j;
               if (keep[j] && better(score, idx, best, best_i)) best = score, best_i = idx;
             }

@@ -1,4 +1,6 @@
 // CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh).
+#include <cstdlib>
+
 #include "common/signatures.h"
 #include "cuda/launch.cuh"
 #include "cuda/sampling/row_select.cuh"
@@ -67,6 +69,8 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
     a.end_id = static_cast<const int32_t*>(o.end_id.data), a.n_end = o.end_id.n;
   }
   a.out = out;
+  static const bool radix_only = std::getenv("JAXNORM_SAMPLING_RADIX") != nullptr;
+  a.gather_cap = radix_only ? 0 : kCand;
   return a;
 }
 
@@ -77,7 +81,9 @@ ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const S
   return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const SelectArgs<T> a = select_args<T>(x, o, out);
-    return o.bias ? launch_select<T, kMode, true>(stream, a, 0, what) : launch_select<T, kMode>(stream, a, 0, what);
+    constexpr int64_t gather_bytes = kCand * sizeof(unsigned long long);
+    return o.bias ? launch_select<T, kMode, true>(stream, a, gather_bytes, what)
+                  : launch_select<T, kMode>(stream, a, gather_bytes, what);
   });
 }
 
