@@ -48,6 +48,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
 constexpr int kMaxCluster = 16;
 constexpr int kTopKMax = 2048;
+constexpr int kMassSplit = 19;
 constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 4 a thread
 
 enum Mode : int { kSample = 0, kFilter = 1, kTopK = 2 };
@@ -182,12 +183,24 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh,
     }
   }
   __syncthreads();
+  // A 64-bit shared atomic add is a CAS loop. While a warp's sums fit, masses go into its slot as
+  // two 32-bit halves by native atomics: q = hi * 2^19 + lo with both halves <= 2^19, and a warp
+  // adds at most n / 8 + 32 tokens to a bin, so each half's sum stays below 2^32 for n <= 2^15.
+  const bool split = n <= (1 << 15);
   for (int i = threadIdx.x; i < n; i += kThreads) {
     uint32_t d;
     unsigned long long q = 0;
     if (visit(i, d, q)) {
       atomicAdd(&sh.cnt[b][d], 1u);
-      if (kMass && q) atomicAdd(&sh.warp_mass[warp][d], q);  // tail tokens weigh 0: skip their CAS loop
+      if (kMass && q) {  // tail tokens weigh 0
+        if (split) {
+          unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
+          atomicAdd(half, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
+          atomicAdd(half + 1, static_cast<unsigned>(q >> kMassSplit));
+        } else {
+          atomicAdd(&sh.warp_mass[warp][d], q);
+        }
+      }
     }
   }
   if (kMass) {
@@ -195,7 +208,10 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh,
     for (int i = threadIdx.x; i < kBins; i += kThreads) {
       unsigned long long m = 0;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) m += sh.warp_mass[w][i];
+      for (int w = 0; w < kWarps; ++w) {
+        const unsigned long long v = sh.warp_mass[w][i];
+        m += split ? (v & 0xffffffffull) + ((v >> 32) << kMassSplit) : v;
+      }
       sh.mass[b][i] = m;
     }
   }
@@ -742,13 +758,14 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
       auto value_of = [&](int i) { return sampling_value(logit(i), inf_row); };
       const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
                                      a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
-      // s, value bin and key of token i
-      auto token = [&](int i, float& s, uint32_t& bin, uint32_t& key) {
-        const float v = value_of(i);
+      // s, value bin and key of a token whose logit (the bias added) is x, and of token i
+      auto token_x = [&](float x, float& s, uint32_t& bin, uint32_t& key) {
+        const float v = sampling_value(x, inf_row);
         s = (v - m) * q.inv_t;
         bin = value_bin(s);
         key = order_key(__float_as_uint(v));
       };
+      auto token = [&](int i, float& s, uint32_t& bin, uint32_t& key) { token_x(logit(i), s, bin, key); };
       Threshold tk, tp;
       bool drawn = false;  // CTA 0 drew the row's token from its candidates
       Gather g;
@@ -776,11 +793,12 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
                                       [&](uint32_t bin, uint32_t key) { return keeps(tk, bin, key); });
         }
       }
-      auto kept_token = [&](int i, float& s) {
+      auto kept_x = [&](float x, float& s) {
         uint32_t bin, key;
-        token(i, s, bin, key);
+        token_x(x, s, bin, key);
         return m != -INFINITY && keeps(tk, bin, key) && keeps(tp, bin, key) && s >= q.log_min_p;
       };
+      auto kept_token = [&](int i, float& s) { return kept_x(logit(i), s); };
       if (drawn) {
         // nothing left: the peers go on to their next row
       } else if constexpr (kMode == kFilter) {
@@ -806,12 +824,20 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
         } else if (m != -INFINITY) {
           // Tokens in groups of four share one Philox call (the chunk starts at a multiple of 4).
           for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
-            float s[4];
+            float x[4], s[4];
             bool keep[4], any = false;
+            if (a.resident && 4 * g + 4 <= n) {
+              // One 4-token load: four scalar loads 16 bytes apart would be 4-way bank conflicts.
+              const Pack<S, 4> pk = *reinterpret_cast<const Pack<S, 4>*>(smem_chunk + 4 * g);
+#pragma unroll
+              for (int j = 0; j < 4; ++j) x[j] = to_float(pk.v[j]);
+            } else {
+#pragma unroll
+              for (int j = 0; j < 4; ++j) x[j] = 4 * g + j < n ? logit(4 * g + j) : -INFINITY;
+            }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              const int i = 4 * g + j;
-              keep[j] = i < n && kept_token(i, s[j]);
+              keep[j] = 4 * g + j < n && kept_x(x[j], s[j]);
               any |= keep[j];
             }
             if (!any) continue;
