@@ -23,10 +23,11 @@
 // needs no row maximum, then on the index among ties; CTA 0 bitonic-sorts the k winners.
 //
 // The logits update of a decoding loop rides on the same read (kBias: the sampling modes with an
-// output bias): every pass sees logits + bias in float32. Its shared-memory copy holds those sums
-// as floats (a 16-bit row takes twice the shared memory, so a wider cluster), so the bias, a
-// [vocab] vector that all rows share and L2 keeps, is read once per row like the logits. A
-// finished row (kSample) writes its end_id and reads nothing.
+// output bias): every pass sees logits + bias in float32. A float32 row's shared-memory copy holds
+// those sums; a 16-bit row's holds the logits as loaded and each pass adds the bias again (a
+// [vocab] vector that all rows share, in L1/L2): float sums would double its shared memory, so its
+// cluster (bf16, 64 x 128256, top-k 50 and top-p 0.9: 1.63x the time without a bias). A finished
+// row (kSample) writes its end_id and reads nothing.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -613,18 +614,19 @@ __device__ int resolve_candidates(SelectShared& sh, unsigned long long* cand, co
   return token;
 }
 
-// The element type of the shared-memory copy: the logits as loaded, or their float sums with
-// the bias.
+// Whether the shared-memory copy holds logits + bias (float32 rows) rather than the logits.
 template <class T, bool kBias>
-using Held = std::conditional_t<kBias, float, T>;
+constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 
-// Sampling and the bias variants ask for 3 CTAs an SM (<= 80 registers, no spills with nvcc 13;
-// what the shared memory of a 32 KB chunk allows): without it ptxas gave the sampler 92 registers
-// once the finished-row test was in, 2 CTAs an SM. The other instances keep ptxas's choice.
+// The samplers ask for 3 CTAs an SM (<= 80 registers, no spills with nvcc 13; what the shared
+// memory of a 32 KB chunk allows): without it ptxas gave the sampler 92 registers once the
+// finished-row test was in, 2 CTAs an SM. The filters and top_k keep ptxas's choice (at 80 the
+// filter with a bias spills).
 template <class T, int kMode, bool kBias = false>
-__global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) select_rows(const SelectArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_rows(const SelectArgs<T> a) {
   static_assert(!kBias || kMode != kTopK, "top_k takes no bias");
-  using S = Held<T, kBias>;
+  using S = T;
+  constexpr bool kSums = kHoldsSums<T, kBias>;
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ SelectShared sh;
   const cg::cluster_group cl = cg::this_cluster();
@@ -648,17 +650,12 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
       }
     }
     const T* grow = a.x + r * a.cols + c0;
-    // What the passes read: the held chunk, or (not resident) the row in global memory, which
-    // with a bias is the logits alone (logit() adds the bias then).
-    const S* src = a.resident ? smem_chunk : reinterpret_cast<const S*>(grow);
+    // What the passes read: the held chunk, or (not resident) the row in global memory.
+    const S* src = a.resident ? smem_chunk : grow;
+    // Whether src lacks the bias (logit() adds it).
+    const bool add_bias = kBias && !(kSums && a.resident);
     // Element i of this CTA's chunk as the sampler sees it (the bias added).
-    auto logit = [&](int i) -> float {
-      if constexpr (kBias) {
-        return a.resident ? src[i] : to_float(grow[i]) + gbias[i];
-      } else {
-        return to_float(src[i]);
-      }
-    };
+    auto logit = [&](int i) -> float { return add_bias ? to_float(src[i]) + gbias[i] : to_float(src[i]); };
     float lmax = -INFINITY;
     if (a.resident) {
       constexpr int N = kVecOf<T>;
@@ -666,7 +663,7 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
       if (a.vec) {
         // U packs a thread in flight before any is stored (the copy is the row's DRAM read): the
         // most that stay within the 80 registers of 3 CTAs an SM without spilling (ptxas, nvcc 13).
-        constexpr int U = kBias && kMode == kFilter ? 1 : (kBias || sizeof(T) == 2 ? 2 : 4);
+        constexpr int U = kBias || sizeof(T) == 2 ? 2 : 4;
         const int npk = n / N;
         for (int base = threadIdx.x; base < npk; base += U * kThreads) {
           Pack<T, N> v[U];
@@ -681,12 +678,14 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
             if constexpr (kBias) {
               float b[N];
               load_pack<float, N>(gbias + pk * N, b);
-              Pack<float, N> sum;
+              Pack<T, N> held = v[u];
 #pragma unroll
-              for (int j = 0; j < N; ++j) sum.v[j] = to_float(v[u].v[j]) + b[j];
-              *reinterpret_cast<Pack<float, N>*>(smem_chunk + pk * N) = sum;
-#pragma unroll
-              for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(sum.v[j], false));
+              for (int j = 0; j < N; ++j) {
+                const float sum = to_float(v[u].v[j]) + b[j];
+                if constexpr (kSums) held.v[j] = sum;
+                lmax = fmaxf(lmax, sampling_value(sum, false));
+              }
+              *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = held;
             } else {
               *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v[u];
 #pragma unroll
@@ -699,8 +698,9 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
       for (int i = i0 + threadIdx.x; i < n; i += kThreads) {
         const T v = grow[i];
         if constexpr (kBias) {
-          smem_chunk[i] = to_float(v) + gbias[i];
-          lmax = fmaxf(lmax, sampling_value(smem_chunk[i], false));
+          const float sum = to_float(v) + gbias[i];
+          smem_chunk[i] = kSums ? from_float<T>(sum) : v;
+          lmax = fmaxf(lmax, sampling_value(sum, false));
         } else {
           smem_chunk[i] = v;
           lmax = fmaxf(lmax, sampling_value(to_float(v), false));
@@ -829,8 +829,10 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample || kBias ? 3 : 0) s
             if (a.resident && 4 * g + 4 <= n) {
               // One 4-token load: four scalar loads 16 bytes apart would be 4-way bank conflicts.
               const Pack<S, 4> pk = *reinterpret_cast<const Pack<S, 4>*>(smem_chunk + 4 * g);
+              float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              if (add_bias) load_pack<float, 4>(gbias + 4 * g, b);
 #pragma unroll
-              for (int j = 0; j < 4; ++j) x[j] = to_float(pk.v[j]);
+              for (int j = 0; j < 4; ++j) x[j] = to_float(pk.v[j]) + b[j];
             } else {
 #pragma unroll
               for (int j = 0; j < 4; ++j) x[j] = 4 * g + j < n ? logit(4 * g + j) : -INFINITY;

@@ -21,15 +21,15 @@ struct Plan {
   size_t dyn_smem = 0;
 };
 
-// Sized by the element type the chunk is held in (S: float with a bias), aligned for loads of T.
-template <class T, class S>
+// Chunks sized by the logits' element type, aligned for 16-byte loads.
+template <class T>
 Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
   Plan p;
-  const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(S));
+  const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(T));
   while (p.cluster < kMaxCluster && bytes > kChunkBytes * p.cluster) p.cluster *= 2;
   constexpr int64_t N = kVecOf<T>;
   a->chunk = ceil_div(ceil_div(a->cols, p.cluster), N) * N;
-  const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(S));
+  const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(T));
   a->resident = chunk_bytes <= kMaxResidentBytes;
   a->vec = a->cols * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   a->cand_offset = a->resident ? ceil_div(chunk_bytes, 16) * 16 : 0;
@@ -40,7 +40,7 @@ Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
 template <class T, int kMode, bool kBias = false>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
-  const Plan p = plan_rows<T, Held<T, kBias>>(&a, extra_smem);
+  const Plan p = plan_rows<T>(&a, extra_smem);
   auto kernel = select_rows<T, kMode, kBias>;
   cudaError_t e = allow_smem(kernel, p.dyn_smem);
   if (e == cudaSuccess) e = allow_cluster(kernel, p.cluster);
