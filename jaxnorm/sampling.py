@@ -30,9 +30,10 @@ row index) as its counter. A token is the argmax of ``logit / temperature + Gumb
 kept tokens (the Gumbel-max trick, an exact sampler of the renormalized distribution). Hence the
 same key and logits give the same token, run to run, on any batch composition when every row has
 its own key; CPU and GPU draw the same noise. The kernels read the logits once, hold each row in
-the shared memory of a thread-block cluster, and find the top-k/top-p thresholds by radix select on
-those copies, with masses summed in 64-bit fixed point (exact, order-independent): no sort, no
-atomics that change results.
+the shared memory of a thread-block cluster, and find the top-k/top-p thresholds on those copies:
+a histogram locates the threshold's bin, the tokens at or above it are gathered and sorted in one
+CTA (radix select where they would not fit), with masses summed in 64-bit fixed point (exact,
+order-independent): no sort of the vocabulary, no atomics that change results.
 
 Forward only: none of these ops has a gradient, except ``top_k``'s values (like ``lax.top_k``).
 """
