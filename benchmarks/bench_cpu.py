@@ -165,7 +165,19 @@ def commit() -> str:
         return os.environ.get("COMMIT", "unknown")
 
 
-def method(pairs: int, anchor: bool = True) -> str:
+FAMILIES_TEXT = (
+    "Families (--families; cases in benchmarks/cpu_families.py): N distinct primary inputs (logits, "
+    "q, ids, the padded batch; N * elements >= 2^22, N <= 16), the other operands shared; XLA side "
+    "jaxnorm.reference (sample: its sort-based sampler; filter_logits; decode_attention: the einsum "
+    "step; linear_attention: the quadratic masked form; embed_with_position; remove/rebuild_padding: "
+    "gathers), top_k against lax.top_k. Logits are 3 x random-normal; sample's check is that every "
+    "drawn token lies in reference.sampling_mask (the samplers' random streams differ), top_k's is "
+    "exact equality; decode caches filled to random lengths in [L/2, L], no append; embedding "
+    "positions 0..L-1 per sequence, table_grad the table's gradient alone for a random-normal dout; "
+    "padding lengths uniform in [1, max_len], capacity B * max_len. ")
+
+
+def method(pairs: int, anchor: bool = True, families: bool = False) -> str:
     anchor_text = (
         "Each jitted function also returns the sum of squares of its first input's first 2048 "
         "elements (about 1 us, the same on both sides), so that XLA runs both programs on its "
@@ -185,7 +197,8 @@ def method(pairs: int, anchor: bool = True) -> str:
             f"Norm parameters float32, epsilon 1e-6; softmax over the last axis, no mask; "
             f"softmax_cross_entropy with random integer labels and no options, fwd+bwd its "
             f"gradient with respect to the logits for a random-normal per-row cotangent. "
-            f"Check: jaxnorm's outputs for the first input against XLA's (jaxnorm/_timing.py).")
+            f"Check: jaxnorm's outputs for the first input against XLA's (jaxnorm/_timing.py). "
+            + (FAMILIES_TEXT if families else ""))
 
 
 def main(argv=None) -> int:
@@ -243,7 +256,7 @@ def main(argv=None) -> int:
         setting = (malloc_env or "the default environment") + (", the ops' programs alone (--no-anchor)"
                                                                 if a.no_anchor else "")
         body = (f"{datetime.date.today()}, {machine}; {time.perf_counter() - t0:.0f} s. "
-                f"Command: `{command}`.\n\nMethod: {method(a.pairs, not a.no_anchor)}\n\n"
+                f"Command: `{command}`.\n\nMethod: {method(a.pairs, not a.no_anchor, bool(a.families))}\n\n"
                 f"### Summary (ratio = XLA time / jaxnorm time)\n\n{summary(recs)}\n\n"
                 f"### Every cell\n\n{table(recs)}\n")
         if a.append:
