@@ -52,6 +52,9 @@ except ImportError:  # a source checkout that is not installed
 import jaxnorm.reference
 from jaxnorm import _timing as T
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cpu_families as F  # noqa: E402
+
 SHAPES = [(256, 1024), (8192, 1024), (32, 8192), (64, 65536)]
 
 
@@ -81,18 +84,39 @@ def ce_case(shape, dtype: str, n: int):
     return (xs, dys, ()), fns
 
 
+def family_case(op: str, dtype: str, shape, direction: str):
+    """(args, fns, check) of a family op (cpu_families.py); op "sample/top_k=50" names the filter.
+    The embedding's "table_grad" times the table gradient alone as a forward step over N douts."""
+    name, _, filters = op.partition("/")
+    c = F.make_case(name, shape, dtype, filters or None)
+    fns = {"jaxnorm": c.jaxnorm, "xla": c.xla}
+    args = (c.xs, c.dys if direction == "fwd+bwd" else None, c.params)
+    if direction == "table_grad":
+        fns = {k: F.table_grad_step(f) for k, f in fns.items()}
+        args = (c.dys, None, (c.xs[0],) + c.params)
+    return args, fns, c.check
+
+
 def measure(op: str, dtype: str, shape, direction: str, pairs: int, impls: dict,
             anchor: bool = True) -> dict:
-    n = n_inputs(*shape)
-    if op == CE:
+    check_fn = None
+    if op.partition("/")[0] in F.SPECS:
+        args, fns, check_fn = family_case(op, dtype, shape, direction)
+        n = len(args[0])
+    elif op == CE:
+        n = n_inputs(*shape)
         args, fns = ce_case(shape, dtype, n)
     else:
+        n = n_inputs(*shape)
         xs, dys, params = T.make_inputs(0, shape, T.DTYPES[dtype], n)
         args = (xs, dys, params[: T.N_PARAMS[op]])
         fns = {"jaxnorm": impls["jaxnorm"][op], "xla": impls["xla"][op]}
-    jn = T.make_step(fns["jaxnorm"], direction, n, anchor=anchor)
-    xla = T.make_step(fns["xla"], direction, n, anchor=anchor)
-    check = T.compare(jn(*args), xla(*args), dtype)  # also the compile calls
+    step_dir = "fwd" if direction == "table_grad" else direction
+    jn = T.make_step(fns["jaxnorm"], step_dir, n, anchor=anchor)
+    xla = T.make_step(fns["xla"], step_dir, n, anchor=anchor)
+    got, want = jn(*args), xla(*args)  # also the compile calls
+    check = ({"pass": check_fn(got[0], want[0])} if check_fn else T.compare(got, want, dtype))
+    del got, want
     for f in (jn, xla):  # warm-up
         timed(f, args)
     t_jn, t_xla = [], []
@@ -110,11 +134,15 @@ def fmt_ms(s: float) -> str:
     return f"{s * 1e3:.3g}"
 
 
+def shape_str(shape, sep="x") -> str:
+    return sep.join(str(v) for v in shape)
+
+
 def table(recs) -> str:
     lines = ["| op | dtype | shape | dir | N | jaxnorm ms | XLA ms | ratio (median) | min–max | check |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
-        lines.append(f"| {r['op']} | {r['dtype']} | {r['shape'][0]}×{r['shape'][1]} | {r['direction']} | "
+        lines.append(f"| {r['op']} | {r['dtype']} | {shape_str(r['shape'], '×')} | {r['direction']} | "
                      f"{r['n']} | {fmt_ms(r['jaxnorm_s'])} | {fmt_ms(r['xla_s'])} | **{r['ratio']:.2f}** | "
                      f"{r['ratio_min']:.2f}–{r['ratio_max']:.2f} | {'pass' if r['check'] else 'FAIL'} |")
     return "\n".join(lines)
@@ -137,7 +165,19 @@ def commit() -> str:
         return os.environ.get("COMMIT", "unknown")
 
 
-def method(pairs: int, anchor: bool = True) -> str:
+FAMILIES_TEXT = (
+    "Families (--families; cases in benchmarks/cpu_families.py): N distinct primary inputs (logits, "
+    "q, ids, the padded batch; N * elements >= 2^22, N <= 16), the other operands shared; XLA side "
+    "jaxnorm.reference (sample: its sort-based sampler; filter_logits; decode_attention: the einsum "
+    "step; linear_attention: the quadratic masked form; embed_with_position; remove/rebuild_padding: "
+    "gathers), top_k against lax.top_k. Logits are 3 x random-normal; sample's check is that every "
+    "drawn token lies in reference.sampling_mask (the samplers' random streams differ), top_k's is "
+    "exact equality; decode caches filled to random lengths in [L/2, L], no append; embedding "
+    "positions 0..L-1 per sequence, table_grad the table's gradient alone for a random-normal dout; "
+    "padding lengths uniform in [1, max_len], capacity B * max_len. ")
+
+
+def method(pairs: int, anchor: bool = True, families: bool = False) -> str:
     anchor_text = (
         "Each jitted function also returns the sum of squares of its first input's first 2048 "
         "elements (about 1 us, the same on both sides), so that XLA runs both programs on its "
@@ -157,7 +197,8 @@ def method(pairs: int, anchor: bool = True) -> str:
             f"Norm parameters float32, epsilon 1e-6; softmax over the last axis, no mask; "
             f"softmax_cross_entropy with random integer labels and no options, fwd+bwd its "
             f"gradient with respect to the logits for a random-normal per-row cotangent. "
-            f"Check: jaxnorm's outputs for the first input against XLA's (jaxnorm/_timing.py).")
+            f"Check: jaxnorm's outputs for the first input against XLA's (jaxnorm/_timing.py). "
+            + (FAMILIES_TEXT if families else ""))
 
 
 def main(argv=None) -> int:
@@ -171,18 +212,37 @@ def main(argv=None) -> int:
     p.add_argument("--append", action="store_true", help="add this run to --out as a section")
     p.add_argument("--no-anchor", action="store_true",
                    help="time the ops' programs alone (XLA then runs jaxnorm's inline on the calling thread)")
+    p.add_argument("--families", help="time these operator families' ops instead of --ops (comma-"
+                   f"separated, or 'all': {', '.join(F.SPECS)}; sample and filter_logits once per "
+                   f"filter {', '.join(F.FILTERS)}) at their own shapes and directions, unless "
+                   "--shapes/--directions are given")
     a = p.parse_args(argv)
-    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
+    explicit = {k: getattr(a, k) != p.get_default(k) for k in ("shapes", "directions")}
+
+    def parse(shapes):
+        return [tuple(int(v) for v in s.split("x")) for s in shapes.split(",")]
+
+    if a.families:
+        names = list(F.SPECS) if a.families == "all" else a.families.split(",")
+        cells = []
+        for name in names:
+            shapes, dirs, _ = F.SPECS[name]
+            shapes = parse(a.shapes) if explicit["shapes"] else parse(",".join(shapes))
+            dirs = a.directions.split(",") if explicit["directions"] else dirs
+            ops = [f"{name}/{f}" for f in F.FILTERS] if name in ("sample", "filter_logits") else [name]
+            cells += [(op, shapes, dirs) for op in ops]
+    else:
+        cells = [(op, parse(a.shapes), a.directions.split(",")) for op in a.ops.split(",")]
     impls = T.implementations(include_tokamax=False)
     t0 = time.perf_counter()
     recs = []
-    for op in a.ops.split(","):
+    for op, shapes, dirs in cells:
         for dtype in a.dtypes.split(","):
             for shape in shapes:
-                for d in a.directions.split(","):
+                for d in dirs:
                     r = measure(op, dtype, shape, d, a.pairs, impls, anchor=not a.no_anchor)
                     recs.append(r)
-                    print(f"{op:<11} {dtype:<8} {shape[0]:>5}x{shape[1]:<6} {d:<7} jaxnorm "
+                    print(f"{op:<20} {dtype:<8} {shape_str(shape):>12} {d:<10} jaxnorm "
                           f"{fmt_ms(r['jaxnorm_s']):>7} ms  XLA {fmt_ms(r['xla_s']):>7} ms  ratio "
                           f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
                           f"{'' if r['check'] else '  CHECK FAILED'}", flush=True)
@@ -196,7 +256,7 @@ def main(argv=None) -> int:
         setting = (malloc_env or "the default environment") + (", the ops' programs alone (--no-anchor)"
                                                                 if a.no_anchor else "")
         body = (f"{datetime.date.today()}, {machine}; {time.perf_counter() - t0:.0f} s. "
-                f"Command: `{command}`.\n\nMethod: {method(a.pairs, not a.no_anchor)}\n\n"
+                f"Command: `{command}`.\n\nMethod: {method(a.pairs, not a.no_anchor, bool(a.families))}\n\n"
                 f"### Summary (ratio = XLA time / jaxnorm time)\n\n{summary(recs)}\n\n"
                 f"### Every cell\n\n{table(recs)}\n")
         if a.append:

@@ -10,6 +10,7 @@
 #include "common/signatures.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
+#include "cpu/prefault.h"
 
 namespace jaxnorm {
 namespace {
@@ -46,8 +47,12 @@ ffi::Error EmbedFwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer ids, ffi::AnyBuffer 
   if (a.tokens == 0 || a.dim == 0) return ffi::Error::Success();
   return dispatch_float<CpuTypes>(table.element_type(), "table", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    parallel_chunks(pool, a.tokens, chunk_rows(a.dim),
-                    [&](int64_t, int64_t begin, int64_t end) { embed_tokens<T>(a, begin, end); });
+    T* out = static_cast<T*>(a.out);
+    const OutputPrefault prefault(out, a.tokens * a.dim * sizeof(T));  // usually fresh pages
+    parallel_chunks(pool, a.tokens, chunk_rows(a.dim), [&](int64_t, int64_t begin, int64_t end) {
+      prefault.chunk(out + begin * a.dim, (end - begin) * a.dim * sizeof(T));
+      embed_tokens<T>(a, begin, end);
+    });
     return ffi::Error::Success();
   });
 }
@@ -82,7 +87,10 @@ ffi::Error EmbedBwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer dout, ffi::AnyBuffer
   if (a.rows == 0 || a.dim == 0) return ffi::Error::Success();
   return dispatch_float<CpuTypes>(dout.element_type(), "dout", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    T* g = static_cast<T*>(a.dtable);
+    const OutputPrefault prefault(g, a.rows * a.dim * sizeof(T));  // usually fresh pages
     parallel_chunks(pool, a.rows, chunk_rows(a.dim), [&](int64_t, int64_t begin, int64_t end) {
+      prefault.chunk(g + begin * a.dim, (end - begin) * a.dim * sizeof(T));
       std::vector<float> acc(static_cast<size_t>(a.dim));
       segment_rows<T>(a, begin, end, acc);
     });

@@ -6,6 +6,7 @@
 #include "common/signatures.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
+#include "cpu/prefault.h"
 
 namespace jaxnorm {
 namespace {
@@ -66,7 +67,12 @@ ffi::Error PadUnpackCpu(ffi::ThreadPool pool, ffi::AnyBuffer packed, ffi::AnyBuf
                    P == 3 ? static_cast<char*>(out2->untyped_data()) : nullptr};
   const char* in = static_cast<const char*>(packed.untyped_data());
   const int64_t seg_bytes = l.head_dim * l.elem_bytes, n = l.padded_segments();
+  // Outputs the size of the padded batch are usually fresh pages (prefault.h).
+  const OutputPrefault prefault[3] = {OutputPrefault(outs[0], n * seg_bytes),
+                                      OutputPrefault(outs[1], P == 3 ? n * seg_bytes : 0),
+                                      OutputPrefault(outs[2], P == 3 ? n * seg_bytes : 0)};
   parallel_chunks(pool, n, grain(l), [&](int64_t, int64_t begin, int64_t end) {
+    for (int p = 0; p < P; ++p) prefault[p].chunk(outs[p] + begin * seg_bytes, (end - begin) * seg_bytes);
     for (int64_t s = begin; s < end; ++s) {  // s = (b * H + h) * L + pos_in_seq
       const int64_t t = s % l.max_len, bh = s / l.max_len, h = bh % l.heads, b = bh / l.heads;
       const int32_t row = l.position[b * l.max_len + t];
@@ -101,7 +107,9 @@ ffi::Error PadPackCpu(ffi::ThreadPool pool, const ffi::AnyBuffer* const* parts, 
   JN_RETURN_IF_ERROR(pad_pack_layout(parts, P, source, position, *packed, &l));
   char* out = static_cast<char*>(packed->untyped_data());
   const int64_t seg_bytes = l.head_dim * l.elem_bytes, segs_per_row = P * l.heads;
+  const OutputPrefault prefault(out, l.capacity * segs_per_row * seg_bytes);  // usually fresh pages
   parallel_chunks(pool, l.capacity * segs_per_row, grain(l), [&](int64_t, int64_t begin, int64_t end) {
+    prefault.chunk(out + begin * seg_bytes, (end - begin) * seg_bytes);
     for (int64_t s = begin; s < end; ++s) {  // s = row * P * H + p * H + h
       const int64_t row = s / segs_per_row, ph = s % segs_per_row, p = ph / l.heads, h = ph % l.heads;
       const int32_t src = l.source[row];

@@ -12,6 +12,7 @@
 #include "common/signatures.h"
 #include "cpu/host_float.h"
 #include "cpu/parallel_chunks.h"
+#include "cpu/sampling_rows.h"
 
 namespace jaxnorm {
 namespace {
@@ -22,34 +23,6 @@ uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
-}
-
-// One row's sampling view: values v (sampling_value), their keys, the maximum m.
-struct RowView {
-  std::vector<float> v;
-  std::vector<uint32_t> key;
-  float m = -INFINITY;
-};
-
-// The logit the sampler sees: x + bias in float32 (no addition without a bias, so that -0 and
-// the results of the targets without one stay as they were).
-template <class T>
-float logit(const T* x, const float* bias, int64_t c) {
-  return bias ? to_float(x[c]) + bias[c] : to_float(x[c]);
-}
-
-template <class T>
-void load_row(const T* x, const float* bias, int64_t cols, RowView* rv) {
-  rv->v.resize(cols);
-  rv->key.resize(cols);
-  float m = -INFINITY;
-  for (int64_t c = 0; c < cols; ++c) m = std::max(m, sampling::sampling_value(logit(x, bias, c), false));
-  const bool inf_row = m == INFINITY;
-  for (int64_t c = 0; c < cols; ++c) {
-    rv->v[c] = sampling::sampling_value(logit(x, bias, c), inf_row);
-    rv->key[c] = sampling::order_key(float_bits(rv->v[c]));
-  }
-  rv->m = inf_row ? 0.0f : m;
 }
 
 // The smallest key of the kept set under top-k then top-p (0 keeps every key).
@@ -88,13 +61,22 @@ uint32_t key_threshold(const RowView& rv, const RowParams& q) {
   return t;
 }
 
-bool kept(const RowView& rv, const RowParams& q, uint32_t t, int64_t c) {
-  return rv.key[c] >= t && (rv.v[c] - rv.m) * q.inv_t >= q.log_min_p;
+// The exact score of a kept token: libm's logs, compiled outside the vector clones (where the
+// subtraction could fuse with the product into one rounding).
+float gumbel_score(const RowView& rv, const RowParams& q, int64_t c) {
+  const sampling::Philox4 w = sampling::token_words(static_cast<uint32_t>(c >> 2), q.row_in_key, q.key0, q.key1);
+  const float u = sampling::open_uniform(w.v[c & 3]);
+  return (rv.v[c] - rv.m) * q.inv_t - std::log(-std::log(u));
 }
 
+// The first token of the largest score. A row that keeps most tokens (no top-k or top-p) is
+// estimated in vector form first and only the tokens whose estimate comes within
+// estimate_margin of the best are scored exactly: the winner is always among them, so the
+// token is the one the exact scan over every kept token picks.
 template <class T>
 int32_t sample_row(const T* x, const float* bias, int64_t cols, const RowParams& q, RowView* rv) {
-  load_row(x, bias, cols, rv);
+  const bool keys = q.use_k || q.use_p;
+  load_row(x, bias, cols, keys, rv);
   if (rv->m == -INFINITY) return -1;
   if (q.greedy) {
     int64_t best = 0;
@@ -103,14 +85,19 @@ int32_t sample_row(const T* x, const float* bias, int64_t cols, const RowParams&
     }
     return static_cast<int32_t>(best);
   }
-  const uint32_t t = key_threshold(*rv, q);
-  float best = -INFINITY;
+  const uint32_t t = keys ? key_threshold(*rv, q) : 0;
+  float best = -INFINITY, cut = -INFINITY;
+  if (!keys) {
+    rv->u.resize(cols);
+    rv->score.resize(cols);
+    row_uniforms(q, cols, rv->u.data());
+    const float top = estimate_scores(*rv, q, rv->u.data(), cols, rv->score.data());
+    cut = top - estimate_margin(top);
+  }
   int32_t token = -1;
   for (int64_t c = 0; c < cols; ++c) {
-    if (!kept(*rv, q, t, c)) continue;
-    const sampling::Philox4 w = sampling::token_words(static_cast<uint32_t>(c >> 2), q.row_in_key, q.key0, q.key1);
-    const float u = sampling::open_uniform(w.v[c & 3]);
-    const float score = (rv->v[c] - rv->m) * q.inv_t - std::log(-std::log(u));
+    if ((!keys && !(rv->score[c] >= cut)) || !kept(*rv, q, t, keys, c)) continue;
+    const float score = gumbel_score(*rv, q, c);
     if (score > best) {
       best = score;
       token = static_cast<int32_t>(c);
@@ -172,19 +159,17 @@ ffi::Error filter_rows(ffi::ThreadPool& pool, const ffi::AnyBuffer& x, const Sam
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(filtered->untyped_data());
-    const T neg_inf = from_float<T>(-INFINITY);
     parallel_chunks(pool, s.rows, chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
       RowView rv;
       for (int64_t r = begin; r < end; ++r) {
         const RowParams q = params_of(r, o);
         const T* xr = xp + r * s.cols;
         T* yr = yp + r * s.cols;
-        load_row(xr, bias, s.cols, &rv);
-        const uint32_t t = rv.m == -INFINITY ? 0xffffffffu : key_threshold(rv, q);
-        for (int64_t c = 0; c < s.cols; ++c) {
-          const bool keep = rv.m != -INFINITY && rv.v[c] != -INFINITY && kept(rv, q, t, c);
-          yr[c] = !keep ? neg_inf : bias ? from_float<T>(logit(xr, bias, c)) : xr[c];
-        }
+        const bool keys = q.use_k || q.use_p;
+        if (!keys && q.log_min_p == -INFINITY && filter_nan(xr, bias, s.cols, yr) != INFINITY) continue;
+        load_row(xr, bias, s.cols, keys, &rv);
+        const uint32_t t = rv.m == -INFINITY || !keys ? 0 : key_threshold(rv, q);
+        write_filtered(xr, bias, rv, q, t, keys, s.cols, yr);
       }
     });
     return ffi::Error::Success();
