@@ -20,7 +20,8 @@
 // the dropped tokens at -inf) select with select_threshold: a first pass over value bins of
 // (v - max) / T, then 8 key bits a pass inside the chosen bin. kTopK (the k largest in lax.top_k's
 // order) selects with count_select on the raw key, which orders NaN and -0 as lax.top_k does and
-// needs no row maximum, then on the index among ties; CTA 0 bitonic-sorts the k winners.
+// needs no row maximum, until the keys at or above its bin fit CTA 0's buffer (then it gathers
+// and sorts them all), else on to the index among ties; CTA 0 bitonic-sorts the k winners.
 //
 // The logits update of a decoding loop rides on the same read (kBias: the sampling modes with an
 // output bias): every pass sees logits + bias in float32. A float32 row's shared-memory copy holds
@@ -76,7 +77,7 @@ struct SelectArgs {
   int64_t n_fin;
   const int32_t* end_id;   // (n_end), with finished
   int64_t n_end;
-  int64_t gather_cap;  // the sampling modes' gather limit: kCand (0: radix passes only; A/B knob)
+  int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
@@ -295,13 +296,18 @@ __device__ void find_crossing(SelectShared& sh, unsigned long long target, doubl
 // `needed`-th largest; the key bits above `top_shift + 8` are already fixed by the caller's
 // predicate. Returns the threshold: every candidate key >= it is among the `needed` largest plus
 // ties with the last. *remaining gets how many of the threshold's ties are needed (exact when
-// the select ran to the last bit), *exact whether it did.
+// the select ran to the last bit), *exact whether it did. With cap > 0 it stops as soon as the
+// candidates at or above the chosen bin number at most cap: *fits is set and the return value is
+// the least key of that set (every candidate key >= it is in), for the caller to gather and sort.
 template <class KeyOf>
 __device__ uint32_t count_select(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n,
                                  unsigned long long needed, int top_shift, KeyOf key_of,
-                                 unsigned long long* remaining, bool* exact) {
+                                 unsigned long long* remaining, bool* exact, unsigned long long cap = 0,
+                                 bool* fits = nullptr) {
+  const unsigned long long total = needed;
   uint32_t prefix = 0, pmask = 0;
   *exact = false;
+  if (fits) *fits = false;
   for (int shift = top_shift; shift >= 0; shift -= 8) {
     cluster_histogram<false>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
       uint32_t key;
@@ -310,6 +316,11 @@ __device__ uint32_t count_select(const cg::cluster_group& cl, SelectShared& sh, 
       return true;
     });
     find_crossing<false>(sh, needed, -1.0);
+    if (total - needed + sh.dec_above + sh.dec_n <= cap) {
+      *fits = true;
+      *remaining = needed - sh.dec_above;
+      return prefix | (sh.dec_bin << shift);
+    }
     needed -= sh.dec_above;
     prefix |= sh.dec_bin << shift;
     pmask |= 0xffu << shift;
@@ -719,9 +730,11 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_row
       };
       unsigned long long remaining;
       bool exact;
-      const uint32_t tv = count_select(cl, sh, phase, n, a.k, 24, value_key, &remaining, &exact);
+      bool all = false;  // every key >= tv gathered (at most gather_cap), not just the k winners
+      const uint32_t tv = count_select(cl, sh, phase, n, a.k, 24, value_key, &remaining, &exact,
+                                       static_cast<unsigned long long>(a.gather_cap), &all);
       uint32_t ti = 0;  // among ties with tv, the index keys (last - index) >= ti are in
-      if (exact && remaining < sh.dec_n) {
+      if (!all && exact && remaining < sh.dec_n) {
         const int bits = 32 - __clz(last);
         bool exact_i;
         ti = count_select(cl, sh, phase, n, remaining, (bits - 1) / 8 * 8,
@@ -731,18 +744,20 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_row
                           },
                           &remaining, &exact_i);
       }
-      // The k winners into CTA 0, sorted there.
-      gather_to_rank0(cl, sh, cand, n, static_cast<unsigned>(a.k), [&](int i, unsigned long long& c) {
+      // The k winners (or every key >= tv) into CTA 0, sorted there.
+      const unsigned cap = all ? static_cast<unsigned>(a.gather_cap) : static_cast<unsigned>(a.k);
+      gather_to_rank0(cl, sh, cand, n, cap, [&](int i, unsigned long long& c) {
         const uint32_t key = order_key(__float_as_uint(to_float(src[i])));
         const uint32_t ikey = last - static_cast<uint32_t>(c0 + i);
         c = composite(key, last, c0 + i);
-        return key > tv || (key == tv && ikey >= ti);
+        return all ? key >= tv : key > tv || (key == tv && ikey >= ti);
       });
       cl.sync();
       if (rank == 0) {
+        const int got = static_cast<int>(min(sh.ncand, cap));
         int kp = 1;
-        while (kp < a.k) kp <<= 1;
-        for (int i = static_cast<int>(a.k) + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
+        while (kp < got) kp <<= 1;
+        for (int i = got + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
         __syncthreads();
         bitonic_sort_desc(cand, kp);
         // A key of 0 (-NaN at the last column) ties with the padding; it can only be the k-th.

@@ -1,4 +1,5 @@
 // CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh).
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/signatures.h"
@@ -53,6 +54,12 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   return last_launch_error(what);
 }
 
+// The A/B switch JAXNORM_SAMPLING_RADIX=1: thresholds by radix select only, no gather.
+bool radix_only() {
+  static const bool on = std::getenv("JAXNORM_SAMPLING_RADIX") != nullptr;
+  return on;
+}
+
 template <class T>
 SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, void* out) {
   SelectArgs<T> a{};
@@ -69,8 +76,7 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
     a.end_id = static_cast<const int32_t*>(o.end_id.data), a.n_end = o.end_id.n;
   }
   a.out = out;
-  static const bool radix_only = std::getenv("JAXNORM_SAMPLING_RADIX") != nullptr;
-  a.gather_cap = radix_only ? 0 : kCand;
+  a.gather_cap = radix_only() ? 0 : kCand;
   return a;
 }
 
@@ -133,7 +139,9 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     a.out = indices->untyped_data();
     int64_t kp = 1;
     while (kp < k) kp <<= 1;  // the bitonic sort's padded length
-    return launch_select<T, kTopK>(stream, a, kp * 8, "top_k");
+    const int64_t slots = std::max<int64_t>(kp, kCand);  // the gather stops when its keys fit
+    a.gather_cap = radix_only() ? 0 : slots;
+    return launch_select<T, kTopK>(stream, a, slots * 8, "top_k");
   });
 }
 
