@@ -5,9 +5,10 @@
 // The sampling modes first try one gather: a histogram of value bins finds the bin that holds the
 // top-k boundary (or, top-p alone, the top-p crossing), and the tokens at or above it (or in it),
 // usually a few dozen to a few hundred, are gathered into CTA 0, which sorts them and resolves
-// the thresholds exactly, from the same keys and fixed-point masses as the radix passes below;
-// when it holds every token the filters can keep, CTA 0 also draws the token. Rows whose gather
-// would overflow CTA 0's buffer (flat rows, wide top-k) take the radix passes.
+// the thresholds exactly, from the same keys and fixed-point masses as the radix passes below,
+// and draws the token: among its candidates, and, when only the bin was gathered, among the
+// peers' draws over the tokens above it, made in the same pass. Rows whose gather would overflow
+// CTA 0's buffer (flat rows, wide top-k) take the radix passes.
 //
 // Thresholds are otherwise found by radix select: each CTA histograms its chunk in shared memory, the
 // cluster sums the histograms through distributed shared memory (each CTA reads every peer's, so
@@ -100,6 +101,8 @@ struct SelectShared {
   int wmax[kWarps];
   unsigned long long gather_n;
   uint32_t pub[4];                      // CTA 0's resolved thresholds (bin, key of top-k, top-p)
+  float above_s;                        // this CTA's best draw among the tokens above the gathered bin
+  int above_i;
 };
 
 __device__ __forceinline__ bool better(float s, int i, float bs, int bi) { return s > bs || (s == bs && i < bi); }
@@ -350,6 +353,13 @@ __device__ __forceinline__ unsigned long long mass_of(float s) {
 
 __device__ __forceinline__ float gumbel_score(float s, uint32_t word) { return s - __logf(-__logf(open_uniform(word))); }
 
+// Token idx's own random word (its group's Philox call picks one of four; selects, not an
+// indexed local array).
+__device__ __forceinline__ uint32_t token_word(int idx, const RowParams& q) {
+  const Philox4 r = token_words(static_cast<uint32_t>(idx) >> 2, q.row_in_key, q.key0, q.key1);
+  return idx & 2 ? (idx & 1 ? r.v[3] : r.v[2]) : (idx & 1 ? r.v[1] : r.v[0]);
+}
+
 __device__ __forceinline__ uint32_t value_bin(float s) {
   return kBins - 1 - static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kBins - 1)));
 }
@@ -493,8 +503,9 @@ struct Gather {
 // The gather: one histogram pass over value bins, the boundary bin found as the radix path's
 // first pass finds it, then the tokens at or above it (top-k, or top-p alone when they fit) or
 // in it (top-p alone otherwise) appended to CTA 0's buffer. With top-k the histogram counts
-// only: CTA 0 weighs the gathered top-k set itself.
-template <class Token>
+// only: CTA 0 weighs the gathered top-k set itself. With kDraw, when only the bin is gathered,
+// the same pass draws among the tokens above it (all kept) and publishes this CTA's best.
+template <bool kDraw, class Token>
 __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, int64_t c0,
                                     uint32_t last, unsigned long long* cand, int64_t cap, const RowParams& q,
                                     Token token) {
@@ -534,14 +545,25 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& s
     g.above = g.all ? 0 : above;
   }
   const bool all = g.all;
+  float best = -INFINITY;
+  int best_i = 0x7fffffff;
   gather_to_rank0(cl, sh, cand, n, kCand, [&](int i, unsigned long long& c) {
     float s;
     uint32_t b, key;
     token(i, s, b, key);
+    if (kDraw && !all && b > bin && s >= q.log_min_p) {
+      const int idx = static_cast<int>(c0) + i;
+      const float score = gumbel_score(s, token_word(idx, q));
+      if (better(score, idx, best, best_i)) best = score, best_i = idx;
+    }
     if (all ? b < bin : b != bin) return false;
     c = composite(key, last, c0 + i);
     return true;
   });
+  if (kDraw && !all) {
+    block_best(sh, best, best_i);
+    if (threadIdx.x == 0) sh.above_s = sh.wf[0], sh.above_i = sh.wi[0];
+  }
   cl.sync();
   return g;
 }
@@ -549,11 +571,11 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& s
 // CTA 0, after a gather that fits: sorts the candidates and resolves top-k, top-p within it and
 // min-p as the radix path would (the k-th largest key; the last value whose strictly larger mass,
 // in the same fixed point, is below the target); publishes the thresholds in sh.pub. With kDraw
-// (and g.all) returns the token: the Gumbel-max over the kept candidates, with the noise the
-// full pass would give each of them.
+// returns the token: the Gumbel-max over the kept candidates, with the noise the full pass would
+// give each of them, and (when only the boundary bin was gathered) over the peers' draws above it.
 template <bool kDraw>
-__device__ int resolve_candidates(SelectShared& sh, unsigned long long* cand, const Gather& g, float m,
-                                  const RowParams& q, uint32_t last) {
+__device__ int resolve_candidates(const cg::cluster_group& cl, SelectShared& sh, unsigned long long* cand,
+                                  const Gather& g, float m, const RowParams& q, uint32_t last) {
   constexpr int J = kCand / kThreads;
   int kp = 2;
   while (kp < g.n) kp <<= 1;
@@ -602,9 +624,13 @@ __device__ int resolve_candidates(SelectShared& sh, unsigned long long* cand, co
     sh.pub[3] = pkey;
   }
   int token = -1;
-  if (kDraw && g.all) {
+  if constexpr (kDraw) {
     float best = -INFINITY;
     int best_i = 0x7fffffff;
+    if (!g.all && threadIdx.x < cl.num_blocks()) {
+      best = *cl.map_shared_rank(&sh.above_s, threadIdx.x);
+      best_i = *cl.map_shared_rank(&sh.above_i, threadIdx.x);
+    }
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const int i = J * threadIdx.x + j;
@@ -612,9 +638,7 @@ __device__ int resolve_candidates(SelectShared& sh, unsigned long long* cand, co
       float s;
       if (!at(j, key, s) || key < pkey || !(s >= q.log_min_p)) continue;
       const int idx = static_cast<int>(last - static_cast<uint32_t>(cand[i]));
-      const Philox4 r = token_words(static_cast<uint32_t>(idx) >> 2, q.row_in_key, q.key0, q.key1);
-      const uint32_t word = idx & 2 ? (idx & 1 ? r.v[3] : r.v[2]) : (idx & 1 ? r.v[1] : r.v[0]);  // no local array
-      const float score = gumbel_score(s, word);
+      const float score = gumbel_score(s, token_word(idx, q));
       if (better(score, idx, best, best_i)) best = score, best_i = idx;
     }
     block_best(sh, best, best_i);
@@ -785,13 +809,14 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_row
       bool drawn = false;  // CTA 0 drew the row's token from its candidates
       Gather g;
       if (m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
-        g = gather_candidates(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand, a.gather_cap, q, token);
+        g = gather_candidates<kMode == kSample>(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand,
+                                                a.gather_cap, q, token);
       }
       if (g.fits) {
         constexpr bool kDraw = kMode == kSample;
-        drawn = kDraw && g.all;
+        drawn = kDraw;
         if (rank == 0) {
-          const int t = resolve_candidates<kDraw>(sh, cand, g, m, q, static_cast<uint32_t>(a.cols - 1));
+          const int t = resolve_candidates<kDraw>(cl, sh, cand, g, m, q, static_cast<uint32_t>(a.cols - 1));
           if (drawn && threadIdx.x == 0) static_cast<int32_t*>(a.out)[r] = t;
         }
         if (!drawn) {
