@@ -194,12 +194,20 @@ def _pad_unpack(parts):
     )
 
 
+def _one_head_major(avals):
+    # A part of one head (remove_padding's x.reshape(B, 1, L, W)) is the same bytes whichever
+    # place the size-1 axis takes in the layout; XLA's CPU compiler gives the 16-bit reshape that
+    # axis as the most major and, against a row-major constraint, copied the whole input.
+    return [(3, 2, 0, 1) if a.ndim == 4 and a.shape[1] == 1 else None for a in avals]
+
+
 def _pad_pack(parts):
     return FfiOp(
         name="jaxnorm_pad_pack" + ("3" if parts == 3 else ""),
         operands=("B,heads,L,head_dim",) * parts + ("T", "B,L"),  # parts, source, position
         results=(("T,width", "x"),),
         attrs=(),
+        operand_layouts=_one_head_major if parts == 1 else None,
     )
 
 

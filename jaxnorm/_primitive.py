@@ -71,6 +71,9 @@ class FfiOp:
     # (avals_in) -> attributes computed from the operands' shapes at lowering, so that they follow
     # vmap's folding and each device's shard (a workspace bound), never bound as params.
     derived: Callable[[Sequence[ShapedArray]], dict] | None = None
+    # (avals_in) -> each operand's layout (minor-to-major, None: row-major), for operands whose
+    # size-1 axes the caller's reshape places where a row-major constraint would cost a copy.
+    operand_layouts: Callable[[Sequence[ShapedArray]], list] | None = None
 
 
 # Every FFI target jaxnorm lowers to, by name, in the order declared: filled by make_primitive so
@@ -142,6 +145,8 @@ def _lowering(ctx, *args, op: FfiOp, platform: str, **params):
         ctx = ctx.replace(avals_out=[*ctx.avals_out, *extra])
     attrs = {k: _attr_value(params[k]) for k in op.attrs}
     aliasing = {"operand_output_aliases": dict(op.aliases)} if op.aliases else {}
+    if op.operand_layouts:
+        aliasing["operand_layouts"] = op.operand_layouts(ctx.avals_in)
     results = jax.ffi.ffi_lowering(op.name, **aliasing)(ctx, *args, **attrs)
     return results[:n_out]
 

@@ -107,6 +107,17 @@ def test_remove_and_rebuild_match_reference(dtype, trailing, rng):
     assert_same(jax.jit(jaxnorm.rebuild_padding)(y, offsets), reference.rebuild_padding(y, offsets))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_remove_padding_copies_nothing_first(dtype):
+    """The kernel reads x in place: the compiled program holds no copy of x's bytes (XLA's CPU
+    compiler copied a 16-bit [B, 1, L, W] operand under a row-major constraint)."""
+    x = jnp.zeros((4, 16, 8, 3), DTYPES[dtype])
+    f = jax.jit(lambda x, l: jaxnorm.remove_padding(x, jaxnorm.padding_offsets(l, 16, 64)))
+    hlo = f.lower(x, jnp.array([3, 16, 0, 9], jnp.int32)).compile().as_text()
+    copies = [ln for ln in hlo.splitlines() if "copy" in ln.split("=")[-1].split("(")[0] and "[4,1,16,24]" in ln]
+    assert not copies, copies
+
+
 @pytest.mark.parametrize("how", ["below", "at", "above"])
 def test_round_trip(how, rng):
     batch, max_len, hidden = 9, 40, 24
