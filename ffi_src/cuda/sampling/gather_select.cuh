@@ -1,0 +1,265 @@
+// Thresholds by one gather: the tokens at or above a histogram's boundary bin collected in CTA
+// 0, sorted and resolved there (and the token drawn), with the block reductions it needs.
+#pragma once
+
+#include "cuda/sampling/select_common.cuh"
+
+namespace jaxnorm {
+namespace sampling {
+
+namespace cg = cooperative_groups;
+// Block-wide sum and exclusive scan (in thread order) of one 64-bit value a thread.
+__device__ unsigned long long block_sum(SelectShared& sh, unsigned long long v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  __syncthreads();  // an earlier reader of sh.wsum is done
+  if (threadIdx.x % 32 == 0) sh.wsum[threadIdx.x / 32] = v;
+  __syncthreads();
+  unsigned long long t = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) t += sh.wsum[w];
+  return t;
+}
+
+__device__ unsigned long long block_exclusive_scan(SelectShared& sh, unsigned long long v) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned long long incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long t = __shfl_up_sync(~0u, incl, o);
+    if (lane >= o) incl += t;
+  }
+  __syncthreads();
+  if (lane == 31) sh.wsum[warp] = incl;
+  __syncthreads();
+  unsigned long long base = 0;
+  for (int w = 0; w < warp; ++w) base += sh.wsum[w];
+  return base + incl - v;
+}
+
+__device__ int block_max(SelectShared& sh, int v) {
+  v = __reduce_max_sync(~0u, v);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) sh.wmax[threadIdx.x / 32] = v;
+  __syncthreads();
+  int t = sh.wmax[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) t = max(t, sh.wmax[w]);
+  return t;
+}
+
+// Bitonic sort (descending) of cand[0, kp) by one CTA, kp a power of two: log2(kp)^2 / 2 barrier
+// steps instead of a kp^2 rank count.
+__device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
+  for (int size = 2; size <= kp; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < kp / 2; t += kThreads) {
+        const int i = 2 * t - (t & (stride - 1));
+        const int j = i + stride;
+        const bool desc = (i & size) == 0;
+        const unsigned long long x = cand[i], y = cand[j];
+        if ((x < y) == desc) cand[i] = y, cand[j] = x;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Appends the composites c of this CTA's tokens i < n with pick(i, c) to CTA 0's buffer `cand`
+// (the first `cap`; in no particular order, callers sort). A warp takes its slots by one atomic.
+template <class Pick>
+__device__ void gather_to_rank0(const cg::cluster_group& cl, SelectShared& sh, unsigned long long* cand, int n,
+                                unsigned cap, Pick pick) {
+  unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
+  unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
+  const int lane = threadIdx.x % 32;
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + threadIdx.x;
+    unsigned long long c = 0;
+    const bool sel = i < n && pick(i, c);
+    const unsigned ball = __ballot_sync(~0u, sel);
+    if (ball == 0) continue;
+    unsigned slot0 = 0;
+    if (lane == __ffs(ball) - 1) slot0 = atomicAdd(ncand, __popc(ball));
+    slot0 = __shfl_sync(~0u, slot0, __ffs(ball) - 1);
+    const unsigned slot = slot0 + __popc(ball & ((1u << lane) - 1));
+    if (sel && slot < cap) cand0[slot] = c;
+  }
+}
+
+// A candidate's composite: its key above, (last - index) below, so a descending sort orders by
+// value, then by index.
+__device__ __forceinline__ unsigned long long composite(uint32_t key, uint32_t last, int64_t index) {
+  return (static_cast<unsigned long long>(key) << 32) | (last - static_cast<uint32_t>(index));
+}
+
+__device__ __forceinline__ float key_value(uint32_t key) { return __uint_as_float(key_bits(key)); }
+
+// What the gather of a row collected in CTA 0 (the same in every CTA of the cluster).
+struct Gather {
+  bool fits = false;             // else: the radix passes
+  bool all = false;              // every token the filters can keep is among the candidates
+  int n = 0;                     // candidates
+  unsigned long long above = 0;  // mass of the larger tokens not gathered (top-p alone)
+  unsigned long long target = 0; // top-p's target over the whole row (top-p alone)
+};
+
+// The gather: one histogram pass over value bins, the boundary bin found as the radix path's
+// first pass finds it, then the tokens at or above it (top-k, or top-p alone when they fit) or
+// in it (top-p alone otherwise) appended to CTA 0's buffer. With top-k the histogram counts
+// only: CTA 0 weighs the gathered top-k set itself. With kDraw, when only the bin is gathered,
+// the same pass draws among the tokens above it (all kept) and publishes this CTA's best.
+template <bool kDraw, class Token>
+__device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, int64_t c0,
+                                    uint32_t last, unsigned long long* cand, int64_t cap, const RowParams& q,
+                                    Token token) {
+  Gather g;
+  const bool weigh = q.use_p && !q.use_k;
+  auto visit = [&](int i, uint32_t& d, unsigned long long& w) {
+    float s;
+    uint32_t key;
+    token(i, s, d, key);
+    if (weigh) w = mass_of(s);
+    return true;
+  };
+  if (weigh) {
+    cluster_histogram<true>(cl, sh, phase, n, visit);
+    find_crossing<true>(sh, 0, q.p);
+  } else {
+    cluster_histogram<false>(cl, sh, phase, n, visit);
+    find_crossing<false>(sh, q.k, -1.0);
+  }
+  const uint32_t bin = sh.dec_bin;
+  const unsigned long long in_bin = sh.dec_n, above = sh.dec_above, target = sh.target;
+  if (threadIdx.x < 32) {  // tokens at or above the bin
+    unsigned long long c = 0;
+    for (int b = bin + threadIdx.x; b < kBins; b += 32) c += sh.bin_cnt[b];
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(~0u, c, o);
+    if (threadIdx.x == 0) sh.gather_n = c;
+  }
+  __syncthreads();
+  const unsigned long long at_or_above = sh.gather_n;
+  g.all = q.use_k || at_or_above <= static_cast<unsigned long long>(cap);
+  const unsigned long long count = g.all ? at_or_above : in_bin;
+  g.fits = count <= static_cast<unsigned long long>(cap) && (!q.use_k || static_cast<unsigned long long>(q.k) <= count);
+  if (!g.fits) return g;
+  g.n = static_cast<int>(count);
+  if (weigh) {
+    g.target = target;
+    g.above = g.all ? 0 : above;
+  }
+  if (g.all || !kDraw) {
+    const bool all = g.all;
+    gather_to_rank0(cl, sh, cand, n, kCand, [&](int i, unsigned long long& c) {
+      float s;
+      uint32_t b, key;
+      token(i, s, b, key);
+      if (all ? b < bin : b != bin) return false;
+      c = composite(key, last, c0 + i);
+      return true;
+    });
+  } else {
+    // Its own loop: the draw's code in the gather above cost top-k 5-10% (measured at 3a61960).
+    float best = -INFINITY;
+    int best_i = 0x7fffffff;
+    gather_to_rank0(cl, sh, cand, n, kCand, [&](int i, unsigned long long& c) {
+      float s;
+      uint32_t b, key;
+      token(i, s, b, key);
+      if (b > bin && s >= q.log_min_p) {
+        const int idx = static_cast<int>(c0) + i;
+        const float score = gumbel_score(s, token_word(idx, q));
+        if (better(score, idx, best, best_i)) best = score, best_i = idx;
+      }
+      if (b != bin) return false;
+      c = composite(key, last, c0 + i);
+      return true;
+    });
+    block_best(sh, best, best_i);
+    if (threadIdx.x == 0) sh.above_s = sh.wf[0], sh.above_i = sh.wi[0];
+  }
+  cl.sync();
+  return g;
+}
+
+// CTA 0, after a gather that fits: sorts the candidates and resolves top-k, top-p within it and
+// min-p as the radix path would (the k-th largest key; the last value whose strictly larger mass,
+// in the same fixed point, is below the target); publishes the thresholds in sh.pub. With kDraw
+// returns the token: the Gumbel-max over the kept candidates, with the noise the full pass would
+// give each of them, and (when only the boundary bin was gathered) over the peers' draws above it.
+template <bool kDraw>
+__device__ int resolve_candidates(const cg::cluster_group& cl, SelectShared& sh, unsigned long long* cand,
+                                  const Gather& g, float m, const RowParams& q, uint32_t last) {
+  constexpr int J = kCand / kThreads;
+  int kp = 2;
+  while (kp < g.n) kp <<= 1;
+  for (int i = g.n + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
+  __syncthreads();
+  bitonic_sort_desc(cand, kp);
+  const uint32_t kkey = q.use_k ? static_cast<uint32_t>(cand[q.k - 1] >> 32) : 0u;
+  // Candidate J * thread + j, recomputed in each step rather than held across the block
+  // reductions (registers): its key, s, and whether it is in the top-k set.
+  auto at = [&](int j, uint32_t& key, float& s) {
+    const int i = J * threadIdx.x + j;
+    key = i < g.n ? static_cast<uint32_t>(cand[i] >> 32) : 0u;
+    s = (key_value(key) - m) * q.inv_t;
+    return i < g.n && key >= kkey;
+  };
+  uint32_t pkey = 0;
+  if (q.use_p) {
+    unsigned long long local = 0;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      uint32_t key;
+      float s;
+      if (at(j, key, s)) local += mass_of(s);
+    }
+    const unsigned long long target = q.use_k ? top_p_target(q.p, block_sum(sh, local)) : g.target;
+    unsigned long long excl = g.above + block_exclusive_scan(sh, local);
+    int cut = -1;  // the last candidate that starts a value whose larger mass is below the target
+    uint32_t prev = J * threadIdx.x > 0 && J * threadIdx.x < g.n ? static_cast<uint32_t>(cand[J * threadIdx.x - 1] >> 32) : 0u;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int i = J * threadIdx.x + j;
+      uint32_t key;
+      float s;
+      if (!at(j, key, s)) break;
+      if ((i == 0 || key != prev) && excl < target) cut = i;
+      excl += mass_of(s);
+      prev = key;
+    }
+    cut = max(block_max(sh, cut), 0);  // the first candidate always qualifies
+    pkey = static_cast<uint32_t>(cand[cut] >> 32);
+  }
+  if (threadIdx.x == 0) {
+    sh.pub[0] = q.use_k ? value_bin((key_value(kkey) - m) * q.inv_t) : 0u;
+    sh.pub[1] = kkey;
+    sh.pub[2] = q.use_p ? value_bin((key_value(pkey) - m) * q.inv_t) : 0u;
+    sh.pub[3] = pkey;
+  }
+  int token = -1;
+  if constexpr (kDraw) {
+    float best = -INFINITY;
+    int best_i = 0x7fffffff;
+    if (!g.all && threadIdx.x < cl.num_blocks()) {
+      best = *cl.map_shared_rank(&sh.above_s, threadIdx.x);
+      best_i = *cl.map_shared_rank(&sh.above_i, threadIdx.x);
+    }
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int i = J * threadIdx.x + j;
+      uint32_t key;
+      float s;
+      if (!at(j, key, s) || key < pkey || !(s >= q.log_min_p)) continue;
+      const int idx = static_cast<int>(last - static_cast<uint32_t>(cand[i]));
+      const float score = gumbel_score(s, token_word(idx, q));
+      if (better(score, idx, best, best_i)) best = score, best_i = idx;
+    }
+    block_best(sh, best, best_i);
+    token = sh.wi[0];  // thread 0's
+  }
+  __syncthreads();  // every read of cand is done before the next row's gather
+  if (threadIdx.x == 0) sh.ncand = 0;
+  return token;
+}
+
+}  // namespace sampling
+}  // namespace jaxnorm

@@ -1,0 +1,303 @@
+// What every pass of the sampling kernel shares: its launch arguments and shared memory, the
+// cluster-wide max/argmax, the histogram of a pass summed over the cluster, the crossing bin of
+// a count or mass target, and the per-token definitions (value bin, mass, Gumbel score).
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/sampling_math.h"
+#include "cuda/device_types.cuh"
+
+namespace jaxnorm {
+namespace sampling {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBins = 256;
+constexpr int kMaxCluster = 16;
+constexpr int kTopKMax = 2048;
+constexpr int kMassSplit = 19;
+constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 4 a thread
+
+enum Mode : int { kSample = 0, kFilter = 1, kTopK = 2 };
+
+template <class T>
+struct SelectArgs {
+  const T* x;
+  int64_t rows, cols;
+  int64_t chunk;    // columns per CTA (a multiple of the 16-byte pack)
+  bool resident;    // the chunk is copied into shared memory (else passes re-read global memory)
+  bool vec;         // rows are 16-byte aligned: copy by 16-byte packs
+  const uint32_t* keys;
+  int64_t n_keys, key_width;
+  const float* temps;
+  int64_t n_temps;
+  const int32_t* top_k;
+  int64_t n_k;
+  const float* top_p;
+  int64_t n_p;
+  const float* log_min_p;
+  int64_t n_m;
+  const float* bias;       // kBias: (C) f32
+  const bool* finished;    // kSample: (n_fin) or null
+  int64_t n_fin;
+  const int32_t* end_id;   // (n_end), with finished
+  int64_t n_end;
+  int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
+  int64_t k;           // kTopK
+  int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
+  void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
+};
+
+struct SelectShared {
+  uint32_t cnt[2][kBins];               // this CTA's histogram, double-buffered across passes
+  unsigned long long mass[2][kBins];
+  unsigned long long warp_mass[kWarps][kBins];  // per warp: 64-bit atomics are CAS loops, keep them uncontended
+  float fval[2];                        // this CTA's published max / best score
+  int ival[2];                          // and best index
+  unsigned long long bin_cnt[kBins];    // the cluster's totals
+  unsigned long long bin_mass[kBins];
+  float wf[kWarps];
+  int wi[kWarps];
+  uint32_t dec_bin;
+  unsigned long long dec_above, dec_n, target;
+  uint32_t ncand;                       // CTA 0: candidates gathered so far
+  unsigned long long wsum[kWarps];      // block sums and scans
+  int wmax[kWarps];
+  unsigned long long gather_n;
+  uint32_t pub[4];                      // CTA 0's resolved thresholds (bin, key of top-k, top-p)
+  float above_s;                        // this CTA's best draw among the tokens above the gathered bin
+  int above_i;
+};
+
+__device__ __forceinline__ bool better(float s, int i, float bs, int bi) { return s > bs || (s == bs && i < bi); }
+
+// The cluster-wide maximum of v (NaN-free) or argmax of (score, index): every CTA publishes its
+// block result in its buffer of this phase, and after the cluster barrier reads all of them in
+// rank order, so every CTA holds the same answer.
+__device__ float cluster_max(const cg::cluster_group& cl, SelectShared& sh, int& phase, float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
+  if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = v;
+  __syncthreads();
+  const int b = phase++ & 1;
+  if (threadIdx.x == 0) {
+    float m = sh.wf[0];
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.wf[w]);
+    sh.fval[b] = m;
+  }
+  cl.sync();
+  float v_r[kMaxCluster];
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) v_r[r] = r < cl.num_blocks() ? *cl.map_shared_rank(&sh.fval[b], r) : -INFINITY;
+  float m = -INFINITY;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) m = fmaxf(m, v_r[r]);
+  return m;
+}
+
+// The block's best (score, index), left in sh.wf[0] / sh.wi[0] for thread 0 (callers sync
+// before others read it).
+__device__ void block_best(SelectShared& sh, float s, int i) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float s2 = __shfl_xor_sync(~0u, s, o);
+    const int i2 = __shfl_xor_sync(~0u, i, o);
+    if (better(s2, i2, s, i)) s = s2, i = i2;
+  }
+  __syncthreads();  // an earlier reader of sh.wf / sh.wi is done
+  if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = s, sh.wi[threadIdx.x / 32] = i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float bs = sh.wf[0];
+    int bi = sh.wi[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (better(sh.wf[w], sh.wi[w], bs, bi)) bs = sh.wf[w], bi = sh.wi[w];
+    }
+    sh.wf[0] = bs;
+    sh.wi[0] = bi;
+  }
+}
+
+__device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int& phase, float s, int i) {
+  block_best(sh, s, i);
+  const int b = phase++ & 1;
+  if (threadIdx.x == 0) sh.fval[b] = sh.wf[0], sh.ival[b] = sh.wi[0];
+  cl.sync();
+  float s_r[kMaxCluster];
+  int i_r[kMaxCluster];
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) {
+    const bool in = r < cl.num_blocks();
+    s_r[r] = in ? *cl.map_shared_rank(&sh.fval[b], r) : -INFINITY;
+    i_r[r] = in ? *cl.map_shared_rank(&sh.ival[b], r) : 0x7fffffff;
+  }
+  float bs = -INFINITY;
+  int bi = 0x7fffffff;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) {
+    if (better(s_r[r], i_r[r], bs, bi)) bs = s_r[r], bi = i_r[r];
+  }
+  return bi;
+}
+
+// Histograms the elements i < n for which visit(i, digit, mass) is true, and leaves the
+// cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread.
+template <bool kMass, class Visit>
+__device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, Visit visit) {
+  const int b = phase++ & 1;
+  const int warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < kBins; i += kThreads) {
+    sh.cnt[b][i] = 0;
+    if (kMass) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sh.warp_mass[w][i] = 0;
+    }
+  }
+  __syncthreads();
+  // A 64-bit shared atomic add is a CAS loop. While a warp's sums fit, masses go into its slot as
+  // two 32-bit halves by native atomics: q = hi * 2^19 + lo with both halves <= 2^19, and a warp
+  // adds at most n / 8 + 32 tokens to a bin, so each half's sum stays below 2^32 for n <= 2^15.
+  const bool split = n <= (1 << 15);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    uint32_t d;
+    unsigned long long q = 0;
+    if (visit(i, d, q)) {
+      atomicAdd(&sh.cnt[b][d], 1u);
+      if (kMass && q) {  // tail tokens weigh 0
+        if (split) {
+          unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
+          atomicAdd(half, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
+          atomicAdd(half + 1, static_cast<unsigned>(q >> kMassSplit));
+        } else {
+          atomicAdd(&sh.warp_mass[warp][d], q);
+        }
+      }
+    }
+  }
+  if (kMass) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kBins; i += kThreads) {
+      unsigned long long m = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const unsigned long long v = sh.warp_mass[w][i];
+        m += split ? (v & 0xffffffffull) + ((v >> 32) << kMassSplit) : v;
+      }
+      sh.mass[b][i] = m;
+    }
+  }
+  cl.sync();
+  const unsigned peers = cl.num_blocks();
+  for (int bin = threadIdx.x; bin < kBins; bin += kThreads) {
+    // All peers' loads issued before any is summed: one DSMEM round trip, not one per peer.
+    uint32_t c[kMaxCluster];
+    unsigned long long m[kMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      c[r] = r < peers ? *cl.map_shared_rank(&sh.cnt[b][bin], r) : 0u;
+      if (kMass) m[r] = r < peers ? *cl.map_shared_rank(&sh.mass[b][bin], r) : 0ull;
+    }
+    unsigned long long ct = 0, mt = 0;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      ct += c[r];
+      if (kMass) mt += m[r];
+    }
+    sh.bin_cnt[bin] = ct;
+    if (kMass) sh.bin_mass[bin] = mt;
+  }
+  __syncthreads();
+}
+
+// The first bin from the top whose running total (counts, or masses) reaches the target, or the
+// lowest non-empty bin when none does; sets sh.dec_bin, dec_above (the total above the bin) and
+// dec_n (its count). With p >= 0 the target is top_p_target(p, total) (kept in sh.target).
+template <bool kMass>
+__device__ void find_crossing(SelectShared& sh, unsigned long long target, double p) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    unsigned long long v[8], s = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int bin = kBins - 1 - 8 * lane - j;
+      v[j] = kMass ? sh.bin_mass[bin] : sh.bin_cnt[bin];
+      s += v[j];
+    }
+    unsigned long long incl = s;
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long t = __shfl_up_sync(~0u, incl, o);
+      if (lane >= o) incl += t;
+    }
+    if (p >= 0.0) target = top_p_target(p, __shfl_sync(~0u, incl, 31));
+    if (lane == 0) sh.target = target;
+    const unsigned long long excl = incl - s;
+    const unsigned cross = __ballot_sync(~0u, excl < target && incl >= target);
+    if (cross) {
+      if (lane == __ffs(cross) - 1) {
+        unsigned long long a = excl;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (a + v[j] >= target) {
+            const int bin = kBins - 1 - 8 * lane - j;
+            sh.dec_bin = bin, sh.dec_above = a, sh.dec_n = sh.bin_cnt[bin];
+            break;
+          }
+          a += v[j];
+        }
+      }
+    } else {
+      int low = -1;
+      unsigned long long a = excl, above = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int bin = kBins - 1 - 8 * lane - j;
+        if (sh.bin_cnt[bin] > 0) low = bin, above = a;
+        a += v[j];
+      }
+      const unsigned any = __ballot_sync(~0u, low >= 0);
+      if (any && lane == 31 - __clz(any)) sh.dec_bin = low, sh.dec_above = above, sh.dec_n = sh.bin_cnt[low];
+    }
+  }
+  __syncthreads();
+}
+
+// A threshold of the sampling modes: token v (key `key`) is kept when its value digit is above
+// `bin`, or equal to it with key >= `key`. The value digit is 255 minus a bin 1/8 wide in
+// s = (v - max) / temperature (digit 0: s <= -31.875 and -inf), so the first pass spreads the row
+// over ~200 bins where the key's top byte (sign and exponent) would crowd it into ~10 (measured:
+// top-p 503 -> 167 us at 64 x 128256); digits grow with v, so a threshold keeps an upper set of
+// values, as a key threshold would.
+struct Threshold {
+  uint32_t bin = 0;
+  uint32_t key = 0;
+};
+
+// A token's mass exp(s) in fixed point and its Gumbel-max score: one definition for every path,
+// so the gather and the radix passes weigh and draw the same token bit for bit.
+__device__ __forceinline__ unsigned long long mass_of(float s) {
+  return __float2ull_rn(__expf(s) * static_cast<float>(kMassScale));
+}
+
+__device__ __forceinline__ float gumbel_score(float s, uint32_t word) { return s - __logf(-__logf(open_uniform(word))); }
+
+// Token idx's own random word (its group's Philox call picks one of four; selects, not an
+// indexed local array).
+__device__ __forceinline__ uint32_t token_word(int idx, const RowParams& q) {
+  const Philox4 r = token_words(static_cast<uint32_t>(idx) >> 2, q.row_in_key, q.key0, q.key1);
+  return idx & 2 ? (idx & 1 ? r.v[3] : r.v[2]) : (idx & 1 ? r.v[1] : r.v[0]);
+}
+
+__device__ __forceinline__ uint32_t value_bin(float s) {
+  return kBins - 1 - static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kBins - 1)));
+}
+
+__device__ __forceinline__ bool keeps(const Threshold& t, uint32_t bin, uint32_t key) {
+  return bin > t.bin || (bin == t.bin && key >= t.key);
+}
+
+}  // namespace sampling
+}  // namespace jaxnorm
