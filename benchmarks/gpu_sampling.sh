@@ -9,10 +9,11 @@ if [ -d .fi/include ]; then
    nvcc -O3 -std=c++17 -arch=sm_90a -Iinclude fis_ncu.cu -o fis_ncu -lcurand >> fis_build.log 2>&1) &
 fi
 source "$(dirname "$0")/gpu_setup.sh"
-timeout 420 python3 -m pytest -q -x tests/test_sampling.py tests/test_ffi_targets.py tests/test_export.py \
+# No preallocation: test_export runs its artifact in a second process on the same GPU.
+XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 420 python3 -m pytest -q -x tests/test_sampling.py tests/test_ffi_targets.py tests/test_export.py \
   tests/test_decode_example.py 2>&1 | tee "$OUT/pytest-sampling.log" | tail -6
 if [ "${FULL_SUITE:-0}" = 1 ]; then
-  timeout 420 python3 -m pytest -q 2>&1 | tee "$OUT/pytest-all.log" | tail -4
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 420 python3 -m pytest -q 2>&1 | tee "$OUT/pytest-all.log" | tail -4
 fi
 timeout ${BENCH_TIMEOUT:-360} python3 benchmarks/bench_sampling.py --out "$OUT" $([ "${MODE:-quick}" = quick ] && echo --quick) 2>&1 | tee "$OUT/bench-sampling.log" | tail -70
 wait
