@@ -7,7 +7,6 @@
 namespace jaxnorm {
 namespace sampling {
 
-namespace cg = cooperative_groups;
 // Block-wide sum and exclusive scan (in thread order) of one 64-bit value a thread.
 __device__ unsigned long long block_sum(SelectShared& sh, unsigned long long v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);

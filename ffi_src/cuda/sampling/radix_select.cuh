@@ -7,7 +7,6 @@
 namespace jaxnorm {
 namespace sampling {
 
-namespace cg = cooperative_groups;
 // Radix select over the 32-bit keys that key_of(i, &key) yields (false: not a candidate) for the
 // `needed`-th largest; the key bits above `top_shift + 8` are already fixed by the caller's
 // predicate. Returns the threshold: every candidate key >= it is among the `needed` largest plus
