@@ -62,25 +62,32 @@ __device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
   }
 }
 
+// Appends c to CTA 0's buffer `cand0` (the first `cap` entries) for the lanes with sel: the warp
+// takes its slots by one atomic. Every lane of the warp calls it.
+__device__ __forceinline__ void append_to_rank0(unsigned* ncand, unsigned long long* cand0, unsigned cap, bool sel,
+                                                unsigned long long c) {
+  const unsigned ball = __ballot_sync(~0u, sel);
+  if (ball == 0) return;
+  const int lane = threadIdx.x % 32;
+  unsigned slot0 = 0;
+  if (lane == __ffs(ball) - 1) slot0 = atomicAdd(ncand, __popc(ball));
+  slot0 = __shfl_sync(~0u, slot0, __ffs(ball) - 1);
+  const unsigned slot = slot0 + __popc(ball & ((1u << lane) - 1));
+  if (sel && slot < cap) cand0[slot] = c;
+}
+
 // Appends the composites c of this CTA's tokens i < n with pick(i, c) to CTA 0's buffer `cand`
-// (the first `cap`; in no particular order, callers sort). A warp takes its slots by one atomic.
+// (the first `cap`; in no particular order, callers sort).
 template <class Pick>
 __device__ void gather_to_rank0(const cg::cluster_group& cl, SelectShared& sh, unsigned long long* cand, int n,
                                 unsigned cap, Pick pick) {
   unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
   unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
-  const int lane = threadIdx.x % 32;
   for (int base = 0; base < n; base += kThreads) {
     const int i = base + threadIdx.x;
     unsigned long long c = 0;
     const bool sel = i < n && pick(i, c);
-    const unsigned ball = __ballot_sync(~0u, sel);
-    if (ball == 0) continue;
-    unsigned slot0 = 0;
-    if (lane == __ffs(ball) - 1) slot0 = atomicAdd(ncand, __popc(ball));
-    slot0 = __shfl_sync(~0u, slot0, __ffs(ball) - 1);
-    const unsigned slot = slot0 + __popc(ball & ((1u << lane) - 1));
-    if (sel && slot < cap) cand0[slot] = c;
+    append_to_rank0(ncand, cand0, cap, sel, c);
   }
 }
 
@@ -106,10 +113,12 @@ struct Gather {
 // in it (top-p alone otherwise) appended to CTA 0's buffer. With top-k the histogram counts
 // only: CTA 0 weighs the gathered top-k set itself. With kDraw, when only the bin is gathered,
 // the same pass draws among the tokens above it (all kept) and publishes this CTA's best.
-template <bool kDraw, class Token>
+// token(i, ...) gives token i's s, value bin and key; token4(g, ...) those of tokens 4g .. 4g + 3
+// (a CTA's chunk starts at a multiple of 4).
+template <bool kDraw, class Token, class Token4>
 __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, int64_t c0,
                                     uint32_t last, unsigned long long* cand, int64_t cap, const RowParams& q,
-                                    Token token) {
+                                    Token token, Token4 token4) {
   Gather g;
   const bool weigh = q.use_p && !q.use_k;
   auto visit = [&](int i, uint32_t& d, unsigned long long& w) {
@@ -157,21 +166,40 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& s
     });
   } else {
     // Its own loop: the draw's code in the gather above cost top-k 5-10% (measured at 3a61960).
+    // Tokens in groups of four, as the draw pass takes them: one Philox call a group.
+    unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
+    unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
     float best = -INFINITY;
     int best_i = 0x7fffffff;
-    gather_to_rank0(cl, sh, cand, n, kCand, [&](int i, unsigned long long& c) {
-      float s;
-      uint32_t b, key;
-      token(i, s, b, key);
-      if (b > bin && s >= q.log_min_p) {
-        const int idx = static_cast<int>(c0) + i;
-        const float score = gumbel_score(s, token_word(idx, q));
-        if (better(score, idx, best, best_i)) best = score, best_i = idx;
+    const int groups = (n + 3) / 4;
+    for (int base = 0; base < groups; base += kThreads) {
+      const int grp = base + threadIdx.x;
+      float s[4];
+      uint32_t b[4], key[4];
+      token4(grp, s, b, key);
+      bool above[4], any = false;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        above[j] = grp < groups && 4 * grp + j < n && b[j] > bin && s[j] >= q.log_min_p;
+        any |= above[j];
       }
-      if (b != bin) return false;
-      c = composite(key, last, c0 + i);
-      return true;
-    });
+      if (any) {
+        const Philox4 w = token_words(static_cast<uint32_t>((c0 >> 2) + grp), q.row_in_key, q.key0, q.key1);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int idx = static_cast<int>(c0) + 4 * grp + j;
+          if (above[j]) {
+            const float score = gumbel_score(s[j], w.v[j]);
+            if (better(score, idx, best, best_i)) best = score, best_i = idx;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool sel = grp < groups && 4 * grp + j < n && b[j] == bin;
+        append_to_rank0(ncand, cand0, kCand, sel, composite(key[j], last, c0 + 4 * grp + j));
+      }
+    }
     block_best(sh, best, best_i);
     if (threadIdx.x == 0) sh.above_s = sh.wf[0], sh.above_i = sh.wi[0];
   }

@@ -194,12 +194,32 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_row
         key = order_key(__float_as_uint(v));
       };
       auto token = [&](int i, float& s, uint32_t& bin, uint32_t& key) { token_x(logit(i), s, bin, key); };
+      // The logits (bias added) of tokens 4g .. 4g + 3, -inf past the chunk.
+      auto logits4 = [&](int g, float (&x)[4]) {
+        if (a.resident && 4 * g + 4 <= n) {
+          // One 4-token load: four scalar loads 16 bytes apart would be 4-way bank conflicts.
+          const Pack<S, 4> pk = *reinterpret_cast<const Pack<S, 4>*>(smem_chunk + 4 * g);
+          float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          if (add_bias) load_pack<float, 4>(gbias + 4 * g, b);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) x[j] = to_float(pk.v[j]) + b[j];
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) x[j] = 4 * g + j < n ? logit(4 * g + j) : -INFINITY;
+        }
+      };
+      auto token4 = [&](int g, float (&s)[4], uint32_t (&bin)[4], uint32_t (&key)[4]) {
+        float x[4];
+        logits4(g, x);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) token_x(x[j], s[j], bin[j], key[j]);
+      };
       Threshold tk, tp;
       bool drawn = false;  // CTA 0 drew the row's token from its candidates
       Gather g;
       if (m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
         g = gather_candidates<kMode == kSample>(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand,
-                                                a.gather_cap, q, token);
+                                                a.gather_cap, q, token, token4);
       }
       if (g.fits) {
         constexpr bool kDraw = kMode == kSample;
@@ -255,17 +275,7 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_row
           for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
             float x[4], s[4];
             bool keep[4], any = false;
-            if (a.resident && 4 * g + 4 <= n) {
-              // One 4-token load: four scalar loads 16 bytes apart would be 4-way bank conflicts.
-              const Pack<S, 4> pk = *reinterpret_cast<const Pack<S, 4>*>(smem_chunk + 4 * g);
-              float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              if (add_bias) load_pack<float, 4>(gbias + 4 * g, b);
-#pragma unroll
-              for (int j = 0; j < 4; ++j) x[j] = to_float(pk.v[j]) + b[j];
-            } else {
-#pragma unroll
-              for (int j = 0; j < 4; ++j) x[j] = 4 * g + j < n ? logit(4 * g + j) : -INFINITY;
-            }
+            logits4(g, x);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               keep[j] = 4 * g + j < n && kept_x(x[j], s[j]);
