@@ -211,10 +211,11 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& s
 // min-p as the radix path would (the k-th largest key; the last value whose strictly larger mass,
 // in the same fixed point, is below the target); publishes the thresholds in sh.pub. With kDraw
 // returns the token: the Gumbel-max over the kept candidates, with the noise the full pass would
-// give each of them, and (when only the boundary bin was gathered) over the peers' draws above it.
+// give each of them, and over (best, best_i), this thread's share of the peers' draws above the
+// gathered bin (read by the caller before the sort, so the peers need not wait for it).
 template <bool kDraw>
-__device__ int resolve_candidates(const cg::cluster_group& cl, SelectShared& sh, unsigned long long* cand,
-                                  const Gather& g, float m, const RowParams& q, uint32_t last) {
+__device__ int resolve_candidates(SelectShared& sh, unsigned long long* cand, const Gather& g, float m,
+                                  const RowParams& q, uint32_t last, float best, int best_i) {
   constexpr int J = kCand / kThreads;
   int kp = 2;
   while (kp < g.n) kp <<= 1;
@@ -264,12 +265,6 @@ __device__ int resolve_candidates(const cg::cluster_group& cl, SelectShared& sh,
   }
   int token = -1;
   if constexpr (kDraw) {
-    float best = -INFINITY;
-    int best_i = 0x7fffffff;
-    if (!g.all && threadIdx.x < cl.num_blocks()) {
-      best = *cl.map_shared_rank(&sh.above_s, threadIdx.x);
-      best_i = *cl.map_shared_rank(&sh.above_i, threadIdx.x);
-    }
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const int i = J * threadIdx.x + j;
