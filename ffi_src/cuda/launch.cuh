@@ -33,6 +33,18 @@ int occupancy(K kernel, int threads, size_t dyn_smem = 0) {
   return blocks > 0 ? blocks : 1;
 }
 
+// Clusters of `cfg`'s shape that the device holds at once (1 when it cannot tell). The kernel's
+// shared-memory and cluster-size attributes must be set first.
+template <class K>
+int active_clusters(K kernel, const cudaLaunchConfig_t& cfg) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    n = 1;
+  }
+  return n > 0 ? n : 1;
+}
+
 // A launch configuration of clusters of `cluster` CTAs along x; `attr` holds its one attribute.
 inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, size_t dyn_smem, cudaStream_t stream,
                                          cudaLaunchAttribute* attr) {

@@ -8,7 +8,9 @@ namespace jaxnorm {
 namespace sampling {
 
 // Block-wide sum and exclusive scan (in thread order) of one 64-bit value a thread.
-__device__ unsigned long long block_sum(SelectShared& sh, unsigned long long v) {
+template <int kThreads>
+__device__ unsigned long long block_sum(SelectShared<kThreads>& sh, unsigned long long v) {
+  constexpr int kWarps = kThreads / 32;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
   __syncthreads();  // an earlier reader of sh.wsum is done
   if (threadIdx.x % 32 == 0) sh.wsum[threadIdx.x / 32] = v;
@@ -19,7 +21,8 @@ __device__ unsigned long long block_sum(SelectShared& sh, unsigned long long v) 
   return t;
 }
 
-__device__ unsigned long long block_exclusive_scan(SelectShared& sh, unsigned long long v) {
+template <int kThreads>
+__device__ unsigned long long block_exclusive_scan(SelectShared<kThreads>& sh, unsigned long long v) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   unsigned long long incl = v;
   for (int o = 1; o < 32; o <<= 1) {
@@ -34,7 +37,9 @@ __device__ unsigned long long block_exclusive_scan(SelectShared& sh, unsigned lo
   return base + incl - v;
 }
 
-__device__ int block_max(SelectShared& sh, int v) {
+template <int kThreads>
+__device__ int block_max(SelectShared<kThreads>& sh, int v) {
+  constexpr int kWarps = kThreads / 32;
   v = __reduce_max_sync(~0u, v);
   __syncthreads();
   if (threadIdx.x % 32 == 0) sh.wmax[threadIdx.x / 32] = v;
@@ -47,6 +52,7 @@ __device__ int block_max(SelectShared& sh, int v) {
 
 // Bitonic sort (descending) of cand[0, kp) by one CTA, kp a power of two: log2(kp)^2 / 2 barrier
 // steps instead of a kp^2 rank count.
+template <int kThreads>
 __device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
   for (int size = 2; size <= kp; size <<= 1) {
     for (int stride = size / 2; stride > 0; stride >>= 1) {
@@ -78,16 +84,22 @@ __device__ __forceinline__ void append_to_rank0(unsigned* ncand, unsigned long l
 
 // Appends the composites c of this CTA's tokens i < n with pick(i, c) to CTA 0's buffer `cand`
 // (the first `cap`; in no particular order, callers sort).
-template <class Pick>
-__device__ void gather_to_rank0(const cg::cluster_group& cl, SelectShared& sh, unsigned long long* cand, int n,
+template <int kThreads, class Pick>
+__device__ void gather_to_rank0(const cg::cluster_group& cl, SelectShared<kThreads>& sh, unsigned long long* cand, int n,
                                 unsigned cap, Pick pick) {
   unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
   unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
-  for (int base = 0; base < n; base += kThreads) {
-    const int i = base + threadIdx.x;
-    unsigned long long c = 0;
-    const bool sel = i < n && pick(i, c);
-    append_to_rank0(ncand, cand0, cap, sel, c);
+  for (int base = 0; base < n; base += kHistUnroll * kThreads) {  // picks overlapped, as in a histogram
+    unsigned long long c[kHistUnroll];
+    bool sel[kHistUnroll];
+#pragma unroll
+    for (int u = 0; u < kHistUnroll; ++u) {
+      const int i = base + u * kThreads + threadIdx.x;
+      c[u] = 0;
+      sel[u] = i < n && pick(i, c[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kHistUnroll; ++u) append_to_rank0(ncand, cand0, cap, sel[u], c[u]);
   }
 }
 
@@ -115,8 +127,8 @@ struct Gather {
 // the same pass draws among the tokens above it (all kept) and publishes this CTA's best.
 // token(i, ...) gives token i's s, value bin and key; token4(g, ...) those of tokens 4g .. 4g + 3
 // (a CTA's chunk starts at a multiple of 4).
-template <bool kDraw, class Token, class Token4>
-__device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, int64_t c0,
+template <bool kDraw, int kThreads, class Token, class Token4>
+__device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n, int64_t c0,
                                     uint32_t last, unsigned long long* cand, int64_t cap, const RowParams& q,
                                     Token token, Token4 token4) {
   Gather g;
@@ -213,15 +225,15 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared& s
 // returns the token: the Gumbel-max over the kept candidates, with the noise the full pass would
 // give each of them, and over (best, best_i), this thread's share of the peers' draws above the
 // gathered bin (read by the caller before the sort, so the peers need not wait for it).
-template <bool kDraw>
-__device__ int resolve_candidates(SelectShared& sh, unsigned long long* cand, const Gather& g, float m,
+template <bool kDraw, int kThreads>
+__device__ int resolve_candidates(SelectShared<kThreads>& sh, unsigned long long* cand, const Gather& g, float m,
                                   const RowParams& q, uint32_t last, float best, int best_i) {
   constexpr int J = kCand / kThreads;
   int kp = 2;
   while (kp < g.n) kp <<= 1;
   for (int i = g.n + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
   __syncthreads();
-  bitonic_sort_desc(cand, kp);
+  bitonic_sort_desc<kThreads>(cand, kp);
   const uint32_t kkey = q.use_k ? static_cast<uint32_t>(cand[q.k - 1] >> 32) : 0u;
   // Candidate J * thread + j, recomputed in each step rather than held across the block
   // reductions (registers): its key, s, and whether it is in the top-k set.

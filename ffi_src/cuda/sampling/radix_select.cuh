@@ -14,8 +14,8 @@ namespace sampling {
 // the select ran to the last bit), *exact whether it did. With cap > 0 it stops as soon as the
 // candidates at or above the chosen bin number at most cap: *fits is set and the return value is
 // the least key of that set (every candidate key >= it is in), for the caller to gather and sort.
-template <class KeyOf>
-__device__ uint32_t count_select(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n,
+template <int kThreads, class KeyOf>
+__device__ uint32_t count_select(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
                                  unsigned long long needed, int top_shift, KeyOf key_of,
                                  unsigned long long* remaining, bool* exact, unsigned long long cap = 0,
                                  bool* fits = nullptr) {
@@ -49,8 +49,8 @@ __device__ uint32_t count_select(const cg::cluster_group& cl, SelectShared& sh, 
 // Top-k (kMass false: the `needed` largest, ties kept) or top-p (kMass: the mass rule of
 // jaxnorm.sampling with fraction p) among the tokens with in_set(v, bin, key): value bins first,
 // then the keys within the chosen bin 8 bits at a time.
-template <bool kMass, class Token, class InSet>
-__device__ Threshold select_threshold(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n,
+template <bool kMass, int kThreads, class Token, class InSet>
+__device__ Threshold select_threshold(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
                                       unsigned long long needed, double p, Token token, InSet in_set) {
   Threshold t;
   uint32_t prefix = 0, pmask = 0;

@@ -42,17 +42,18 @@ namespace sampling {
 template <class T, bool kBias>
 constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 
-// The samplers ask for 3 CTAs an SM (<= 80 registers, no spills with nvcc 13; what the shared
-// memory of a 32 KB chunk allows): without it ptxas gave the sampler 92 registers once the
-// finished-row test was in, 2 CTAs an SM. The filters and top_k keep ptxas's choice (at 80 the
-// filter with a bias spills).
-template <class T, int kMode, bool kBias = false>
-__global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_rows(const SelectArgs<T> a) {
+// The samplers of 256-thread CTAs ask for 3 CTAs an SM (<= 80 registers, no spills with nvcc 13;
+// what the shared memory of a 32 KB chunk allows): without it ptxas gave the sampler 92 registers
+// once the finished-row test was in, 2 CTAs an SM. The filters, top_k and 512-thread CTAs (one an
+// SM) keep ptxas's choice (at 80 the filter with a bias spills).
+template <class T, int kMode, bool kBias, int kThreads>
+__global__ void __launch_bounds__(kThreads, kMode == kSample && kThreads == kThreadsMany ? 3 : 0)
+    select_rows(const SelectArgs<T> a) {
   static_assert(!kBias || kMode != kTopK, "top_k takes no bias");
   using S = T;
   constexpr bool kSums = kHoldsSums<T, kBias>;
   extern __shared__ __align__(16) unsigned char dyn[];
-  __shared__ SelectShared sh;
+  __shared__ SelectShared<kThreads> sh;
   const cg::cluster_group cl = cg::this_cluster();
   const int rank = static_cast<int>(cl.block_rank());
   const int64_t c0 = min(a.cols, rank * a.chunk);
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample ? 3 : 0) select_row
         while (kp < got) kp <<= 1;
         for (int i = got + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
         __syncthreads();
-        bitonic_sort_desc(cand, kp);
+        bitonic_sort_desc<kThreads>(cand, kp);
         // A key of 0 (-NaN at the last column) ties with the padding; it can only be the k-th.
         int32_t* out = static_cast<int32_t*>(a.out) + r * a.k;
         for (int i = threadIdx.x; i < a.k; i += kThreads) out[i] = static_cast<int32_t>(last - static_cast<uint32_t>(cand[i]));

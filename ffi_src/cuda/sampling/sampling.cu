@@ -1,6 +1,9 @@
 // CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh).
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/signatures.h"
 #include "cuda/launch.cuh"
@@ -38,20 +41,52 @@ Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
   return p;
 }
 
+template <class T, int kMode, bool kBias, int kThreads>
+struct Launch {
+  static cudaError_t prepare(const Plan& p) {
+    cudaError_t e = allow_smem(select_rows<T, kMode, kBias, kThreads>, p.dyn_smem);
+    return e == cudaSuccess ? allow_cluster(select_rows<T, kMode, kBias, kThreads>, p.cluster) : e;
+  }
+  static cudaLaunchConfig_t config(int64_t rows, const Plan& p, cudaStream_t stream, cudaLaunchAttribute* attr) {
+    const dim3 grid(p.cluster, static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+    return cluster_config(grid, dim3(kThreads), p.cluster, p.dyn_smem, stream, attr);
+  }
+  static ffi::Error run(cudaStream_t stream, const SelectArgs<T>& a, const Plan& p, const char* what) {
+    cudaError_t e = prepare(p);
+    if (e != cudaSuccess) return cuda_error(e, what);
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = config(a.rows, p, stream, &attr);
+    e = cudaLaunchKernelEx(&cfg, select_rows<T, kMode, kBias, kThreads>, a);
+    if (e != cudaSuccess) return cuda_error(e, what);
+    return last_launch_error(what);
+  }
+  // How many of these clusters (a row each) the device holds at once, cached by device and plan.
+  static int resident_rows(const Plan& p) {
+    static std::mutex mu;
+    static std::map<std::tuple<int, int, size_t>, int> known;
+    const auto key = std::make_tuple(device_facts().device, p.cluster, p.dyn_smem);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(key);
+    if (it != known.end()) return it->second;
+    int n = 1;
+    if (prepare(p) == cudaSuccess) {
+      cudaLaunchAttribute attr;
+      n = active_clusters(select_rows<T, kMode, kBias, kThreads>, config(1, p, nullptr, &attr));
+    }
+    cudaGetLastError();
+    return known[key] = n;
+  }
+};
+
+// 512-thread CTAs for a small batch, whose rows' clusters all fit on the device at once with
+// one CTA an SM (each pass is latency-bound with 8 warps an SM), else 256 (up to 3 CTAs an SM).
 template <class T, int kMode, bool kBias = false>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
   const Plan p = plan_rows<T>(&a, extra_smem);
-  auto kernel = select_rows<T, kMode, kBias>;
-  cudaError_t e = allow_smem(kernel, p.dyn_smem);
-  if (e == cudaSuccess) e = allow_cluster(kernel, p.cluster);
-  if (e != cudaSuccess) return cuda_error(e, what);
-  cudaLaunchAttribute attr;
-  const dim3 grid(p.cluster, static_cast<unsigned>(std::min<int64_t>(a.rows, 65535)));
-  const cudaLaunchConfig_t cfg = cluster_config(grid, dim3(kThreads), p.cluster, p.dyn_smem, stream, &attr);
-  e = cudaLaunchKernelEx(&cfg, kernel, a);
-  if (e != cudaSuccess) return cuda_error(e, what);
-  return last_launch_error(what);
+  using Few = Launch<T, kMode, kBias, kThreadsFew>;
+  const bool few = a.rows * p.cluster <= device_facts().sms && a.rows <= Few::resident_rows(p);
+  return few ? Few::run(stream, a, p, what) : Launch<T, kMode, kBias, kThreadsMany>::run(stream, a, p, what);
 }
 
 // The A/B switch JAXNORM_SAMPLING_RADIX=1: thresholds by radix select only, no gather.

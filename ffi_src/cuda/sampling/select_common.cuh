@@ -16,12 +16,16 @@ namespace sampling {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+// A CTA's threads: 256, or 512 where a grid has at most one CTA an SM (a small batch), so each
+// SM has more warps to hide the passes' latencies. Shared state and block reductions are sized
+// by it (SelectShared<kThreads>; the functions below deduce it from their SelectShared).
+constexpr int kThreadsMany = 256;
+constexpr int kThreadsFew = 512;
 constexpr int kBins = 256;
 constexpr int kMaxCluster = 16;
 constexpr int kTopKMax = 2048;
 constexpr int kMassSplit = 19;
+constexpr int kHistUnroll = 4;
 constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 4 a thread
 
 enum Mode : int { kSample = 0, kFilter = 1, kTopK = 2 };
@@ -54,7 +58,9 @@ struct SelectArgs {
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
 };
 
+template <int kThreads>
 struct SelectShared {
+  static constexpr int kWarps = kThreads / 32;
   uint32_t cnt[2][kBins];               // this CTA's histogram, double-buffered across passes
   unsigned long long mass[2][kBins];
   unsigned long long warp_mass[kWarps][kBins];  // per warp: 64-bit atomics are CAS loops, keep them uncontended
@@ -93,7 +99,9 @@ __device__ __forceinline__ bool better(float s, int i, float bs, int bi) { retur
 // The cluster-wide maximum of v (NaN-free) or argmax of (score, index): every CTA publishes its
 // block result in its buffer of this phase, and after the cluster barrier reads all of them in
 // rank order, so every CTA holds the same answer.
-__device__ float cluster_max(const cg::cluster_group& cl, SelectShared& sh, int& phase, float v) {
+template <int kThreads>
+__device__ float cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, float v) {
+  constexpr int kWarps = kThreads / 32;
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
   if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = v;
   __syncthreads();
@@ -115,7 +123,9 @@ __device__ float cluster_max(const cg::cluster_group& cl, SelectShared& sh, int&
 
 // The block's best (score, index), left in sh.wf[0] / sh.wi[0] for thread 0 (callers sync
 // before others read it).
-__device__ void block_best(SelectShared& sh, float s, int i) {
+template <int kThreads>
+__device__ void block_best(SelectShared<kThreads>& sh, float s, int i) {
+  constexpr int kWarps = kThreads / 32;
   for (int o = 16; o > 0; o >>= 1) {
     const float s2 = __shfl_xor_sync(~0u, s, o);
     const int i2 = __shfl_xor_sync(~0u, i, o);
@@ -135,7 +145,8 @@ __device__ void block_best(SelectShared& sh, float s, int i) {
   }
 }
 
-__device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int& phase, float s, int i) {
+template <int kThreads>
+__device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, float s, int i) {
   block_best(sh, s, i);
   const int b = phase++ & 1;
   if (threadIdx.x == 0) sh.fval[b] = sh.wf[0], sh.ival[b] = sh.wi[0];
@@ -159,8 +170,10 @@ __device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared& sh, int
 
 // Histograms the elements i < n for which visit(i, digit, mass) is true, and leaves the
 // cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread.
-template <bool kMass, class Visit>
-__device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh, int& phase, int n, Visit visit) {
+template <bool kMass, int kThreads, class Visit>
+__device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
+                                  Visit visit) {
+  constexpr int kWarps = kThreads / 32;
   const int b = phase++ & 1;
   const int warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < kBins; i += kThreads) {
@@ -175,18 +188,29 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh,
   // two 32-bit halves by native atomics: q = hi * 2^19 + lo with both halves <= 2^19, and a warp
   // adds at most n / 8 + 32 tokens to a bin, so each half's sum stays below 2^32 for n <= 2^15.
   const bool split = n <= (1 << 15);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    uint32_t d;
-    unsigned long long q = 0;
-    if (visit(i, d, q)) {
-      atomicAdd(&sh.cnt[b][d], 1u);
-      if (kMass && q) {  // tail tokens weigh 0
+  // kHistUnroll tokens a thread visited before any is added: their loads and arithmetic overlap
+  // instead of each waiting on the last (a row of a small batch has one CTA an SM).
+  for (int base = threadIdx.x; base < n; base += kHistUnroll * kThreads) {
+    uint32_t d[kHistUnroll];
+    unsigned long long q[kHistUnroll];
+    bool in[kHistUnroll];
+#pragma unroll
+    for (int u = 0; u < kHistUnroll; ++u) {
+      const int i = base + u * kThreads;
+      q[u] = 0;
+      in[u] = i < n && visit(i, d[u], q[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kHistUnroll; ++u) {
+      if (!in[u]) continue;
+      atomicAdd(&sh.cnt[b][d[u]], 1u);
+      if (kMass && q[u]) {  // tail tokens weigh 0
         if (split) {
-          unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
-          atomicAdd(half, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
-          atomicAdd(half + 1, static_cast<unsigned>(q >> kMassSplit));
+          unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d[u]]);
+          atomicAdd(half, static_cast<unsigned>(q[u] & ((1u << kMassSplit) - 1)));
+          atomicAdd(half + 1, static_cast<unsigned>(q[u] >> kMassSplit));
         } else {
-          atomicAdd(&sh.warp_mass[warp][d], q);
+          atomicAdd(&sh.warp_mass[warp][d[u]], q[u]);
         }
       }
     }
@@ -229,8 +253,8 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared& sh,
 // The first bin from the top whose running total (counts, or masses) reaches the target, or the
 // lowest non-empty bin when none does; sets sh.dec_bin, dec_above (the total above the bin) and
 // dec_n (its count). With p >= 0 the target is top_p_target(p, total) (kept in sh.target).
-template <bool kMass>
-__device__ void find_crossing(SelectShared& sh, unsigned long long target, double p) {
+template <bool kMass, int kThreads>
+__device__ void find_crossing(SelectShared<kThreads>& sh, unsigned long long target, double p) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     unsigned long long v[8], s = 0;
