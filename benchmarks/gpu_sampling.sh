@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU call for the sampling family: build, its tests, its benchmark (device time), and the
 # FlashInfer anchor built from its headers in .fi/ (carried; see benchmarks/README.md).
-#   MODE=quick|full  FULL_SUITE=1 also runs the whole test suite.
+#   MODE=quick|full  FULL_SUITE=1 also runs the whole test suite. PYTEST_ARGS: more pytest
+#   arguments (-n 14 with pytest-xdist).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ -d .fi/include ]; then
   (cd .fi && sed 's/int reps = 50/int reps = 2/' flashinfer_sampling.cu > fis_ncu.cu &&
@@ -10,7 +11,7 @@ if [ -d .fi/include ]; then
 fi
 source "$(dirname "$0")/gpu_setup.sh"
 # No preallocation: test_export runs its artifact in a second process on the same GPU.
-XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 420 python3 -m pytest -q -x tests/test_sampling.py tests/test_ffi_targets.py tests/test_export.py \
+XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 420 python3 -m pytest -q -x ${PYTEST_ARGS:-} tests/test_sampling.py tests/test_ffi_targets.py tests/test_export.py \
   tests/test_decode_example.py 2>&1 | tee "$OUT/pytest-sampling.log" | tail -6
 if [ "${FULL_SUITE:-0}" = 1 ]; then
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 420 python3 -m pytest -q 2>&1 | tee "$OUT/pytest-all.log" | tail -4

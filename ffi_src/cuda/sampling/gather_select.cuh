@@ -89,17 +89,11 @@ __device__ void gather_to_rank0(const cg::cluster_group& cl, SelectShared<kThrea
                                 unsigned cap, Pick pick) {
   unsigned* ncand = cl.map_shared_rank(&sh.ncand, 0);
   unsigned long long* cand0 = cl.map_shared_rank(cand, 0);
-  for (int base = 0; base < n; base += kHistUnroll * kThreads) {  // picks overlapped, as in a histogram
-    unsigned long long c[kHistUnroll];
-    bool sel[kHistUnroll];
-#pragma unroll
-    for (int u = 0; u < kHistUnroll; ++u) {
-      const int i = base + u * kThreads + threadIdx.x;
-      c[u] = 0;
-      sel[u] = i < n && pick(i, c[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kHistUnroll; ++u) append_to_rank0(ncand, cand0, cap, sel[u], c[u]);
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + threadIdx.x;
+    unsigned long long c = 0;
+    const bool sel = i < n && pick(i, c);
+    append_to_rank0(ncand, cand0, cap, sel, c);
   }
 }
 

@@ -25,7 +25,6 @@ constexpr int kBins = 256;
 constexpr int kMaxCluster = 16;
 constexpr int kTopKMax = 2048;
 constexpr int kMassSplit = 19;
-constexpr int kHistUnroll = 4;
 constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 4 a thread
 
 enum Mode : int { kSample = 0, kFilter = 1, kTopK = 2 };
@@ -188,29 +187,18 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
   // two 32-bit halves by native atomics: q = hi * 2^19 + lo with both halves <= 2^19, and a warp
   // adds at most n / 8 + 32 tokens to a bin, so each half's sum stays below 2^32 for n <= 2^15.
   const bool split = n <= (1 << 15);
-  // kHistUnroll tokens a thread visited before any is added: their loads and arithmetic overlap
-  // instead of each waiting on the last (a row of a small batch has one CTA an SM).
-  for (int base = threadIdx.x; base < n; base += kHistUnroll * kThreads) {
-    uint32_t d[kHistUnroll];
-    unsigned long long q[kHistUnroll];
-    bool in[kHistUnroll];
-#pragma unroll
-    for (int u = 0; u < kHistUnroll; ++u) {
-      const int i = base + u * kThreads;
-      q[u] = 0;
-      in[u] = i < n && visit(i, d[u], q[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kHistUnroll; ++u) {
-      if (!in[u]) continue;
-      atomicAdd(&sh.cnt[b][d[u]], 1u);
-      if (kMass && q[u]) {  // tail tokens weigh 0
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    uint32_t d;
+    unsigned long long q = 0;
+    if (visit(i, d, q)) {
+      atomicAdd(&sh.cnt[b][d], 1u);
+      if (kMass && q) {  // tail tokens weigh 0
         if (split) {
-          unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d[u]]);
-          atomicAdd(half, static_cast<unsigned>(q[u] & ((1u << kMassSplit) - 1)));
-          atomicAdd(half + 1, static_cast<unsigned>(q[u] >> kMassSplit));
+          unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
+          atomicAdd(half, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
+          atomicAdd(half + 1, static_cast<unsigned>(q >> kMassSplit));
         } else {
-          atomicAdd(&sh.warp_mass[warp][d[u]], q[u]);
+          atomicAdd(&sh.warp_mass[warp][d], q);
         }
       }
     }
