@@ -177,8 +177,8 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     // The count passes stop once the keys at or above their bin fit the gather buffer. 16-bit
     // rows tie heavily (k = 1024 of 128256: the passes went on into index bits), and twice the
     // sort's length lets them stop a pass or more earlier (bf16, 64 x 128256, k = 1024: 120 ->
-    // 86 us); float32 rows lost at twice the length (125 -> 162 us: a CTA's shared memory grew
-    // past three an SM).
+    // 86 us); float32 rows, which seldom tie, lost at twice the length (125 -> 162 us; not
+    // profiled: a longer sort, and 16 KB more shared memory a CTA).
     const int64_t slots = std::max<int64_t>(sizeof(T) == 2 ? 2 * kp : kp, kCand);
     a.gather_cap = radix_only() ? 0 : slots;
     return launch_select<T, kTopK>(stream, a, slots * 8, "top_k");
