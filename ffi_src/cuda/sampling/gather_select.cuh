@@ -50,11 +50,8 @@ __device__ int block_max(SelectShared<kThreads>& sh, int v) {
   return t;
 }
 
-// Bitonic sort (descending) of cand[0, kp) by one CTA, kp a power of two: log2(kp)^2 / 2 steps
-// instead of a kp^2 rank count. In a step of stride <= 32 the pairs of a warp's 32 threads lie in
-// 64-element blocks of its own, the same blocks at every such stride, so two such steps in a row
-// need only a warp barrier between them: 40 of the 55 steps at kp = 1024 (checked by simulating
-// every step's reads and writes per warp, kp 2 to 4096, 256 and 512 threads).
+// Bitonic sort (descending) of cand[0, kp) by one CTA, kp a power of two: log2(kp)^2 / 2 barrier
+// steps instead of a kp^2 rank count.
 template <int kThreads>
 __device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
   for (int size = 2; size <= kp; size <<= 1) {
@@ -66,13 +63,7 @@ __device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
         const unsigned long long x = cand[i], y = cand[j];
         if ((x < y) == desc) cand[i] = y, cand[j] = x;
       }
-      const int next = stride > 1 ? stride / 2 : size;  // the next step's stride
-      const bool last = stride == 1 && size == kp;
-      if (stride <= 32 && next <= 32 && !last) {
-        __syncwarp();
-      } else {
-        __syncthreads();
-      }
+      __syncthreads();
     }
   }
 }
