@@ -41,6 +41,7 @@ Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
   return p;
 }
 
+// select_rows at one CTA size: its attributes, its cluster launch, and its resident clusters.
 template <class T, int kMode, bool kBias, int kThreads>
 struct Launch {
   static cudaError_t prepare(const Plan& p) {
