@@ -25,7 +25,7 @@ constexpr int kBins = 256;
 constexpr int kMaxCluster = 16;
 constexpr int kTopKMax = 2048;
 constexpr int kMassSplit = 19;
-constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 4 a thread
+constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 2 or 4 a thread
 
 enum Mode : int { kSample = 0, kFilter = 1, kTopK = 2 };
 
