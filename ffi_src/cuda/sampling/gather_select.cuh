@@ -183,23 +183,10 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
       float s[4];
       uint32_t b[4], key[4];
       token4(grp, s, b, key);
-      bool above[4], any = false;
+      bool above[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        above[j] = grp < groups && 4 * grp + j < n && b[j] > bin && s[j] >= q.log_min_p;
-        any |= above[j];
-      }
-      if (any) {
-        const Philox4 w = token_words(static_cast<uint32_t>((c0 >> 2) + grp), q.row_in_key, q.key0, q.key1);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int idx = static_cast<int>(c0) + 4 * grp + j;
-          if (above[j]) {
-            const float score = gumbel_score(s[j], w.v[j]);
-            if (better(score, idx, best, best_i)) best = score, best_i = idx;
-          }
-        }
-      }
+      for (int j = 0; j < 4; ++j) above[j] = grp < groups && 4 * grp + j < n && b[j] > bin && s[j] >= q.log_min_p;
+      draw4(c0, grp, s, above, q, best, best_i);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const bool sel = grp < groups && 4 * grp + j < n && b[j] == bin;

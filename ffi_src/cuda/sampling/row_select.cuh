@@ -286,24 +286,13 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample && kThreads == kThr
             if (better(v, static_cast<int>(c0) + i, best, best_i)) best = v, best_i = static_cast<int>(c0) + i;
           }
         } else if (m != -INFINITY) {
-          // Tokens in groups of four share one Philox call (the chunk starts at a multiple of 4).
           for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
             float x[4], s[4];
-            bool keep[4], any = false;
+            bool keep[4];
             logits4(g, x);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              keep[j] = 4 * g + j < n && kept_x(x[j], s[j]);
-              any |= keep[j];
-            }
-            if (!any) continue;
-            const Philox4 w = token_words(static_cast<uint32_t>((c0 >> 2) + g), q.row_in_key, q.key0, q.key1);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const float score = gumbel_score(s[j], w.v[j]);
-              const int idx = static_cast<int>(c0) + 4 * g + j;
-              if (keep[j] && better(score, idx, best, best_i)) best = score, best_i = idx;
-            }
+            for (int j = 0; j < 4; ++j) keep[j] = 4 * g + j < n && kept_x(x[j], s[j]);
+            draw4(c0, g, s, keep, q, best, best_i);
           }
         }
         const int token = cluster_argmax(cl, sh, phase, best, best_i);

@@ -316,6 +316,21 @@ __device__ __forceinline__ uint32_t token_word(int idx, const RowParams& q) {
   return idx & 2 ? (idx & 1 ? r.v[3] : r.v[2]) : (idx & 1 ? r.v[1] : r.v[0]);
 }
 
+// The Gumbel-max draw over the kept tokens 4g .. 4g + 3 of a chunk starting at column c0 (a
+// multiple of 4), whose s are given: the group's one Philox call, skipped when none is kept.
+__device__ __forceinline__ void draw4(int64_t c0, int g, const float (&s)[4], const bool (&keep)[4],
+                                      const RowParams& q, float& best, int& best_i) {
+  if (!(keep[0] || keep[1] || keep[2] || keep[3])) return;
+  const Philox4 w = token_words(static_cast<uint32_t>((c0 >> 2) + g), q.row_in_key, q.key0, q.key1);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (!keep[j]) continue;
+    const float score = gumbel_score(s[j], w.v[j]);
+    const int idx = static_cast<int>(c0) + 4 * g + j;
+    if (better(score, idx, best, best_i)) best = score, best_i = idx;
+  }
+}
+
 __device__ __forceinline__ uint32_t value_bin(float s) {
   return kBins - 1 - static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kBins - 1)));
 }
