@@ -35,8 +35,9 @@ import jaxnorm  # noqa: E402
 # batch, context, q_heads, kv_heads, head_dim (bf16): Llama-3-8B's GQA 32:8 from batch 1 to 64,
 # contexts 4K-128K, plus multi-head and head_dim 64 / 256.
 SHAPES = [
-    (1, 4096, 32, 8, 128), (1, 32768, 32, 8, 128), (1, 131072, 32, 8, 128),
-    (8, 4096, 32, 8, 128), (8, 32768, 32, 8, 128), (32, 8192, 32, 8, 128), (64, 4096, 32, 8, 128),
+    (1, 4096, 32, 8, 128), (1, 32768, 32, 8, 128), (1, 131072, 32, 8, 128), (2, 8192, 32, 8, 128),
+    (4, 4096, 32, 8, 128), (8, 4096, 32, 8, 128), (8, 32768, 32, 8, 128), (32, 8192, 32, 8, 128),
+    (64, 4096, 32, 8, 128),
     (8, 32768, 32, 32, 128), (8, 16384, 16, 16, 64), (4, 16384, 16, 4, 256),
 ]
 QUICK = [(1, 4096, 32, 8, 128), (8, 32768, 32, 8, 128), (1, 131072, 32, 8, 128)]
@@ -70,7 +71,7 @@ def candidates():
     }
 
 
-def bench_shape(timer, rng, shape, ceiling, dtype):
+def bench_shape(timer, rng, shape, ceiling, dtype, impls=None):
     b, L, hq, hkv, d = shape
     el = jnp.dtype(dtype).itemsize
     kv_bytes = 2 * b * L * hkv * d * el
@@ -88,6 +89,8 @@ def bench_shape(timer, rng, shape, ceiling, dtype):
     want = np.asarray(jax.jit(einsum_attention)(*blhd[0]).astype(jnp.float32))
     rows = []
     for name, f in candidates().items():
+        if impls and not any(name.startswith(i) for i in impls):
+            continue
         args = bhld if name == "jaxnorm BHLD" else blhd
         jf = jax.jit(f)
         try:
@@ -162,6 +165,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="three shapes only")
     ap.add_argument("--wall", action="store_true", help="wall clock instead of device time (smoke test)")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--impls", nargs="*", help="only the implementations whose names start so (e.g. jaxnorm)")
     args = ap.parse_args(argv)
     dtype = jnp.dtype(args.dtype)
     timer, ceiling, method = dt.bench_method(args.wall)
@@ -173,7 +177,7 @@ def main(argv=None):
     out = dict(dt.run_header(method, ceiling), dtype=str(dtype), rows=[])
     for shape in shapes:
         print(f"B={shape[0]} context={shape[1]} Hq:Hkv={shape[2]}:{shape[3]} D={shape[4]}", flush=True)
-        out["rows"] += bench_shape(timer, rng, shape, ceiling, dtype)
+        out["rows"] += bench_shape(timer, rng, shape, ceiling, dtype, args.impls)
         write(args.out, out)
     bad = [r for r in out["rows"] if r["impl"].startswith("jaxnorm") and not r.get("ok")]
     n = sum(r["impl"].startswith("jaxnorm") for r in out["rows"])

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One GPU call for the sampling family: build, its tests, its benchmark (device time), and the
-# FlashInfer anchor built from its headers in .fi/ (carried; see benchmarks/README.md).
+# FlashInfer anchor (benchmarks/anchors/flashinfer_sampling.cu) built against its headers in .fi/include
+# (carried; see benchmarks/README.md).
 #   MODE=quick|full  FULL_SUITE=1 also runs the whole test suite. PYTEST_ARGS: more pytest
 #   arguments (-n 14 with pytest-xdist).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ -d .fi/include ]; then
-  (cd .fi && sed 's/int reps = 50/int reps = 2/' flashinfer_sampling.cu > fis_ncu.cu &&
-   nvcc -O3 -std=c++17 -arch=sm_90a -Iinclude flashinfer_sampling.cu -o fis -lcurand > fis_build.log 2>&1 &&
-   nvcc -O3 -std=c++17 -arch=sm_90a -Iinclude fis_ncu.cu -o fis_ncu -lcurand >> fis_build.log 2>&1) &
+  nvcc -O3 -std=c++17 -arch=sm_90a -I.fi/include benchmarks/anchors/flashinfer_sampling.cu -o .fi/fis -lcurand \
+    > .fi/fis_build.log 2>&1 &
 fi
 source "$(dirname "$0")/gpu_setup.sh"
 # No preallocation: test_export runs its artifact in a second process on the same GPU.
@@ -20,9 +20,10 @@ timeout ${BENCH_TIMEOUT:-360} python3 benchmarks/bench_sampling.py --out "$OUT" 
 wait
 if [ -x .fi/fis ]; then
   .fi/fis 2>&1 | tee "$OUT/flashinfer-events.log"
-  ncu --csv --metrics gpu__time_duration.sum --cache-control all --clock-control none \
-      -k 'regex:(?i)(sampling|softmax|topk|radix)' .fi/fis_ncu > "$OUT/flashinfer-ncu.csv" 2> "$OUT/flashinfer-ncu.err"
+  FIS_REPS=2 ncu --csv --metrics gpu__time_duration.sum --cache-control all --clock-control none \
+      --log-file "$OUT/flashinfer-ncu.csv" .fi/fis > "$OUT/flashinfer-ncu.out" 2> "$OUT/flashinfer-ncu.err"
   tail -2 "$OUT/flashinfer-ncu.err"
+  python3 benchmarks/flashinfer_ncu.py "$OUT/flashinfer-ncu.out" "$OUT/flashinfer-ncu.csv" | tee "$OUT/flashinfer-ncu.md"
 else
   tail -5 .fi/fis_build.log 2>/dev/null
 fi

@@ -4,6 +4,8 @@
 
 namespace jaxnorm {
 
+constexpr int kMaxCluster = 16;  // Hopper's largest thread-block cluster (non-portable past 8)
+
 struct DeviceFacts {
   int device = 0;
   int sms = 0;

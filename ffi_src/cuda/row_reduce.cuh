@@ -6,11 +6,11 @@
 
 #include <cooperative_groups.h>
 
+#include "cuda/device_facts.h"
+
 namespace jaxnorm {
 
 namespace cg = cooperative_groups;
-
-constexpr int kMaxCluster = 16;
 
 template <class S>
 __device__ __forceinline__ S shfl_xor_struct(S v, int mask, int width) {

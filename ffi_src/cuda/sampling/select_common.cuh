@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/sampling_math.h"
+#include "cuda/device_facts.h"
 #include "cuda/device_types.cuh"
 
 namespace jaxnorm {
@@ -22,7 +23,6 @@ namespace cg = cooperative_groups;
 constexpr int kThreadsMany = 256;
 constexpr int kThreadsFew = 512;
 constexpr int kBins = 256;
-constexpr int kMaxCluster = 16;
 constexpr int kTopKMax = 2048;
 constexpr int kMassSplit = 19;
 constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 2 or 4 a thread
