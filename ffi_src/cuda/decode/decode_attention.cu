@@ -2,8 +2,6 @@
 // 16-bit caches run on tensor cores (decode_mma.cuh), float32 caches on CUDA cores
 // (decode_simt.cuh); both split the sequences so that the grid fills the GPU once.
 #include <algorithm>
-#include <array>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/decode_args.h"
@@ -30,48 +28,17 @@ int splits_for(int64_t units, int ctas_per_sm, int bound, int max_len, int grain
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({slots / std::max<int64_t>(units, 1), bound, by_rows})));
 }
 
-// Clusters of each size (index) of a kernel that the device holds at once; 0 where clusters
-// cannot be used (before sm_90). Asked once per kernel instantiation.
-using ClusterFit = std::array<int, kMaxCluster + 1>;
-
-template <class K>
-ClusterFit cluster_fit(K kernel, size_t smem) {
-  ClusterFit fit{};
-  const char* knob = std::getenv("JAXNORM_DECODE_CLUSTER");  // A/B switch, this session only
-  if (!device_facts().clusters || (knob && knob[0] == '0')) return fit;
-  for (int c = 2; c <= kMaxCluster; ++c) fit[c] = max_active_clusters(kernel, kThreads, c, smem);
-  return fit;
-}
-
-// The splits as one cluster per (sequence, head group) when every such cluster is resident at
-// once and the grid still covers ~all SMs: the merge then runs in distributed shared memory at
-// the end of the same kernel (no workspace round trip, no second launch). Returns the cluster's
-// size (the new split count), or 0 to keep `splits` with the workspace and combine_kernel.
-int cluster_splits(const ClusterFit& fit, int64_t units, int splits) {
-  const int64_t wanted = std::min<int64_t>(units * splits, device_facts().sms);
-  for (int c = std::min(splits, kMaxCluster); c >= 2; --c) {
-    if (fit[c] >= units && units * c * 10 >= wanted * 9) return c;
-  }
-  return 0;
-}
-
-// Launches `kernel` on (splits, kv heads x head groups of `per_cta`, batch), then, unless the
-// splits merge in their cluster, the split merge.
+// Launches `kernel` on (splits, kv heads x head groups of `per_cta`, batch), then the split merge.
 template <class T, int D, class K>
-ffi::Error launch_split(K kernel, size_t smem, int per_cta, int grain, int ctas_per_sm, const ClusterFit& fit,
-                        cudaStream_t stream, DecodeParams p, int64_t batch) {
+ffi::Error launch_split(K kernel, size_t smem, int per_cta, int grain, int ctas_per_sm, cudaStream_t stream,
+                        DecodeParams p, int64_t batch) {
   const int groups = (p.group + per_cta - 1) / per_cta;
-  const int64_t units = batch * p.kv_heads * groups;
-  p.splits = splits_for(units, ctas_per_sm, std::min(p.splits, kMaxSplits), p.max_len, grain);
-  const int cluster = p.splits > 1 ? cluster_splits(fit, units, p.splits) : 0;
-  p.cluster_merge = cluster > 0;
-  if (p.cluster_merge) p.splits = cluster;
+  p.splits = splits_for(batch * p.kv_heads * groups, ctas_per_sm, std::min(p.splits, kMaxSplits), p.max_len, grain);
   p.partial_stats = p.splits > 1 ? p.partials + batch * p.q_heads * int64_t{p.splits} * D : nullptr;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.kv_heads * groups),
                   static_cast<unsigned>(batch));
-  JN_RETURN_IF_ERROR(launch_with_smem(kernel, grid, dim3(kThreads), std::max(cluster, 1), smem, stream,
-                                      "decode_attention", p));
-  if (p.splits == 1 || p.cluster_merge) return ffi::Error::Success();
+  JN_RETURN_IF_ERROR(launch_with_smem(kernel, grid, dim3(kThreads), 1, smem, stream, "decode_attention", p));
+  if (p.splits == 1) return ffi::Error::Success();
   return launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.q_heads)), dim3(kCombineThreads), 1, stream,
                 "decode_attention (merging splits)", p);
 }
@@ -87,17 +54,14 @@ template <class T, int D, int G>
 ffi::Error launch_simt(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
   using S = Shape<T, D, G>;
   static const int ctas = resident(decode_kernel<T, D, G>, S::kSmemBytes);
-  static const ClusterFit fit = cluster_fit(decode_kernel<T, D, G>, S::kSmemBytes);
-  return launch_split<T, D>(decode_kernel<T, D, G>, S::kSmemBytes, G, S::kStageRows, ctas, fit, stream, p, batch);
+  return launch_split<T, D>(decode_kernel<T, D, G>, S::kSmemBytes, G, S::kStageRows, ctas, stream, p, batch);
 }
 
 template <class T, int D, int NT>
 ffi::Error launch_mma(cudaStream_t stream, const DecodeParams& p, int64_t batch) {
   using S = MmaShape<T, D, NT>;
   static const int ctas = resident(decode_mma_kernel<T, D, NT>, S::kSmemBytes);
-  static const ClusterFit fit = cluster_fit(decode_mma_kernel<T, D, NT>, S::kSmemBytes);
-  return launch_split<T, D>(decode_mma_kernel<T, D, NT>, S::kSmemBytes, S::kHeads, S::kRows, ctas, fit, stream, p,
-                            batch);
+  return launch_split<T, D>(decode_mma_kernel<T, D, NT>, S::kSmemBytes, S::kHeads, S::kRows, ctas, stream, p, batch);
 }
 
 template <class T, int D>
@@ -162,7 +126,6 @@ ffi::Error run(cudaStream_t stream, const DecodeArgs& a) {
   p.splits = static_cast<int>(a.splits);
   p.scale_log2 = a.scale * kLog2e;
   p.has_new = a.has_new;
-  p.cluster_merge = false;
   if (a.batch == 0 || a.q_heads == 0) return ffi::Error::Success();
   return dispatch_float<CudaTypes>(a.dtype, "the caches", [&](auto tag) {
     return dispatch_head_dim<typename decltype(tag)::type>(stream, p, a);

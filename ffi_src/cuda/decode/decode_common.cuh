@@ -8,15 +8,10 @@
 //
 // Partial states are merged in a fixed order (warps or slots in index order, then splits in split
 // order) with the (max, sum) rescaling of the online softmax, so results never depend on timing.
-// On sm_90 the splits of one (sequence, head group) are one thread-block cluster and merge through
-// distributed shared memory; otherwise through a global workspace and a second kernel.
 #pragma once
-
-#include <cooperative_groups.h>
 
 #include <cstdint>
 
-#include "cuda/device_facts.h"
 #include "cuda/device_types.cuh"
 
 namespace jaxnorm {
@@ -43,7 +38,6 @@ struct DecodeParams {
   int q_heads, kv_heads, group, max_len, splits;
   float scale_log2;  // softmax scale * log2(e): scores are taken in base 2
   bool has_new;
-  bool cluster_merge;  // the splits are one cluster (rank = split), merged by merge_cluster
 };
 
 // A CTA's work: sequence b, kv head kvh, query heads [h0, h0 + heads), positions [start, end).
@@ -131,52 +125,12 @@ __device__ __forceinline__ void load_stage(T* buf, const Rows<T>& src, int64_t p
   }
 }
 
-// The last step when the splits form a cluster: after every CTA has left its merged state in its
-// own shared memory (maxima, sums, weighted V sums `acc` [kHeads][D]), CTA r computes outputs
-// r * kThreads + tid, then every splits * kThreads further, merging the splits in split order.
-template <class T, int D, int kHeads>
-__device__ __forceinline__ void merge_cluster(const DecodeParams& p, const Work& w, bool valid, float* st_max,
-                                              float* st_sum, float* acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  const int n = p.splits;
-  for (int i = static_cast<int>(cl.block_rank()) * kThreads + threadIdx.x; i < w.heads * D; i += n * kThreads) {
-    const int j = i / D, d = i % D;
-    float ms[kMaxCluster], ls[kMaxCluster], os[kMaxCluster];
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {  // every load issued before any is used
-      ms[s] = s < n ? *cl.map_shared_rank(st_max + j, s) : -INFINITY;
-      ls[s] = s < n ? *cl.map_shared_rank(st_sum + j, s) : 0.f;
-      os[s] = s < n ? *cl.map_shared_rank(acc + j * D + d, s) : 0.f;
-    }
-    float mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) mx = fmaxf(mx, ms[s]);
-    const float base = mx == -INFINITY ? 0.f : mx;  // no state at all: weights 0, output 0
-    float sum = 0.f, o = 0.f;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {
-      const float wgt = exp2f(ms[s] - base);
-      sum = fmaf(ls[s], wgt, sum);
-      o = fmaf(os[s], wgt, o);
-    }
-    const float r = !valid ? NAN : (sum > 0.f ? o / sum : 0.f);
-    static_cast<T*>(p.out)[(int64_t{w.b} * p.q_heads + w.h0 + j) * D + d] = from_float<T>(r);
-  }
-  cl.sync();  // no CTA leaves while a peer may still read its shared memory
-#endif
-}
-
 // Merges the CTA's kSlots partial states per head (max, sum in sm_max/sm_sum [kSlots][kHeads],
-// weighted V in sm_acc [kSlots][kHeads][D]) in slot order, and writes the output (one split), the
-// split's partial state to the workspace, or (cluster_merge) to slot 0 of sm_acc, which only the
-// thread of the same (head, dim) reads, for merge_cluster.
+// weighted V in sm_acc [kSlots][kHeads][D]) in slot order, and writes the output (one split) or
+// the split's partial state.
 template <class T, int D, int kSlots, int kHeads>
 __device__ __forceinline__ void merge_and_store(const DecodeParams& p, const Work& w, bool valid, const float* sm_max,
-                                                const float* sm_sum, float* sm_acc) {
-  __shared__ float cta_max[kHeads], cta_sum[kHeads];
+                                                const float* sm_sum, const float* sm_acc) {
   for (int i = threadIdx.x; i < w.heads * D; i += kThreads) {
     const int j = i / D, d = i % D;
     float mx = -INFINITY;
@@ -195,12 +149,6 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, const Wor
     if (p.splits == 1) {
       const float r = !valid ? NAN : (sum > 0.f ? o / sum : 0.f);
       static_cast<T*>(p.out)[row * D + d] = from_float<T>(r);
-    } else if (p.cluster_merge) {
-      sm_acc[j * D + d] = o;
-      if (d == 0) {
-        cta_max[j] = mx;
-        cta_sum[j] = sum;
-      }
     } else {
       const int64_t slot = row * p.splits + w.split;
       p.partials[slot * D + d] = o;
@@ -210,7 +158,6 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, const Wor
       }
     }
   }
-  if (p.cluster_merge) merge_cluster<T, D, kHeads>(p, w, valid, cta_max, cta_sum, sm_acc);
 }
 
 constexpr int kMaxSplits = 64;  // jaxnorm.decode's workspace bound; the handler enforces it too
