@@ -95,29 +95,24 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
   }
   const int r0 = 16 * warp;  // this warp's rows of every stage
   for (int it = 0; it < n_stages; ++it) {
-    // One barrier a stage: once every warp is past it, stage `it` has landed and the stage read in
-    // the previous iteration is free, so its refill is issued right after.
-    cp_async_wait<S::kStages - 2>();
-    __syncthreads();
     const int next = it + S::kStages - 1;
     if (next < n_stages) {
       load_stage<S::kRows, D, true>(stages + (next % S::kStages) * S::kStageElems, src, p.pos_stride,
                                     w.start + next * S::kRows, w.end);
     }
     cp_async_commit();
+    cp_async_wait<S::kStages - 1>();
+    __syncthreads();
     const T* kbuf = stages + (it % S::kStages) * S::kStageElems;
     const T* vbuf = kbuf + S::kRows * D;
     const int pos0 = w.start + it * S::kRows + r0;
     if (pos0 < w.end) {
-      // Scores S^T: keys r0 + g and r0 + g + 8, heads 2t and 2t + 1 of each n-tile. Even and odd
-      // steps along head_dim accumulate apart (two dependent mma chains of half the length), except
-      // for 16 heads at head_dim 256, where the second accumulator would spill.
-      constexpr int kChains = NT * D > 256 ? 1 : 2;
-      float s[NT][4], s_odd[NT][4];
+      // Scores S^T: keys r0 + g and r0 + g + 8, heads 2t and 2t + 1 of each n-tile.
+      float s[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = s_odd[nt][e] = 0.f;
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
       }
       {
         const int r = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
@@ -126,12 +121,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
           uint32_t a[4];
           ldmatrix_x4(a, kbuf + swizzled<D>(r, 2 * kk + (lane >> 4)));
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_16816<T>(kk % kChains ? s_odd[nt] : s[nt], a, qf[nt][kk][0], qf[nt][kk][1]);
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[nt][e] += s_odd[nt][e];
+          for (int nt = 0; nt < NT; ++nt) mma_16816<T>(s[nt], a, qf[nt][kk][0], qf[nt][kk][1]);
         }
       }
       const bool in_lo = pos0 + g < w.end, in_hi = pos0 + g + 8 < w.end;
@@ -173,6 +163,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
         for (int nt = 0; nt < NT; ++nt) mma_16816<T>(o[nt][md], a, pb[nt][0], pb[nt][1]);
       }
     }
+    __syncthreads();  // the next iteration refills this stage
   }
   cp_async_wait<0>();
   __syncthreads();
