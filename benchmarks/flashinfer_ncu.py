@@ -3,8 +3,8 @@
     python benchmarks/flashinfer_ncu.py FIS_STDOUT NCU_CSV
 
 The anchor (anchors/flashinfer_sampling.cu) launches `fis_marker` before each entry and prints
-one `ENTRY` line per entry, in the same order; an entry's kernels are those between its marker and
-the next. Each entry ran 1 + FIS_REPS calls (the count is in the anchor's first line); the table
+one `ENTRY` line per entry, in the same order, and again after it; an entry's kernels are those
+between its two markers (the next shape's set-up, curand and a warm-up softmax, falls outside). Each entry ran 1 + FIS_REPS calls (the count is in the anchor's first line); the table
 gives the mean over those calls of the summed `gpu__time_duration` (caches flushed by Nsight
 Compute before every kernel), and each kernel's name with its count per call.
 """
@@ -38,7 +38,7 @@ def kernels(csv_path):
             continue
         value = float(r["Metric Value"].replace(",", ""))
         unit = r.get("Metric Unit", "nsecond")
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1e-3)
+        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[unit]
         rows.append((r["Kernel Name"], value * scale))
     return rows
 
@@ -48,9 +48,10 @@ def main(stdout_path, csv_path):
     rows = kernels(csv_path)
     groups, cur = [], None
     for name, us in rows:
-        if "fis_marker" in name:
-            cur = []
-            groups.append(cur)
+        if "fis_marker" in name:  # markers alternate: an entry's opening, then its closing one
+            cur = [] if cur is None else None
+            if cur is not None:
+                groups.append(cur)
         elif cur is not None:
             cur.append((name, us))
     if len(groups) != len(names) or not calls:

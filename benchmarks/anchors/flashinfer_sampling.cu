@@ -6,8 +6,8 @@
 //     reproducible) as well as false;
 //   - top_k sorted, deterministic, ties to the smaller index (lax.top_k's and jaxnorm.top_k's
 //     output), as well as FlashInfer's default (unsorted, not deterministic).
-// Each entry is preceded by a launch of fis_marker, so the profile's kernels can be assigned to
-// entries by order. f32 logits ~ N(0, 3^2). FIS_REPS (default 50): calls timed per entry with
+// Each entry is enclosed by two launches of fis_marker, so the profile's kernels can be assigned
+// to entries by order. f32 logits ~ N(0, 3^2). FIS_REPS (default 50): calls timed per entry with
 // CUDA events after an L2 flush (median); under Nsight Compute use a small value.
 // Headers: flashinfer-python==0.6.13's flashinfer/data/include, unzipped into .fi/include.
 #include <flashinfer/sampling.cuh>
@@ -64,7 +64,9 @@ int main() {
     printf("B=%u V=%u floor(read f32 @3TB/s) %.1f us\n", s.B, s.V, n * 4 / 3.0e12 * 1e6);
     auto say = [&](const char* k, const std::function<void()>& f) {
       fis_marker<<<1, 1>>>(0);
-      printf("  ENTRY B=%u V=%u | %-52s %9.1f us\n", s.B, s.V, k, time_us(f));
+      const double us = time_us(f);
+      fis_marker<<<1, 1>>>(1);
+      printf("  ENTRY B=%u V=%u | %-52s %9.1f us\n", s.B, s.V, k, us);
       fflush(stdout);
     };
     say("softmax (OnlineSoftmax, temperature)", softmax);

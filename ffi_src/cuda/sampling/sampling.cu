@@ -31,6 +31,8 @@ Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
   Plan p;
   const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(T));
   while (p.cluster < kMaxCluster && bytes > kChunkBytes * p.cluster) p.cluster *= 2;
+  static const int forced = std::getenv("JAXNORM_SAMPLING_CLUSTER") ? std::atoi(std::getenv("JAXNORM_SAMPLING_CLUSTER")) : 0;
+  if (forced > 0) p.cluster = std::min<int>(forced, kMaxCluster);  // A/B only (this session)
   constexpr int64_t N = kVecOf<T>;
   a->chunk = ceil_div(ceil_div(a->cols, p.cluster), N) * N;
   const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(T));
