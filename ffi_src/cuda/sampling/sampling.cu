@@ -14,23 +14,47 @@ namespace {
 
 using namespace sampling;
 
-// Columns of one CTA's share of a row: about 32 KB, so a cluster of up to 16 CTAs spreads a wide
-// row over many SMs and several clusters fit on an SM; rows past 16 CTAs of 160 KB are not copied
-// into shared memory (the passes then re-read global memory, mostly from L2).
-constexpr int64_t kChunkBytes = 32 << 10;
+// A row's cluster, from the A/B of cluster sizes at 8-256 x 128256 (h100-sampling.md):
+// - about 16K elements a CTA (float32: 64 KB chunks, 3 CTAs an SM), fewer CTAs a row than 32 KB
+//   float32 chunks and fewer waves, which the passes' fixed latencies favour once rows queue;
+// - a small batch, which leaves SMs idle, spreads each row over up to twice as many CTAs (at least
+//   4K elements each);
+// - a batch whose rows then take more than one CTA an SM, but whose rows all fit at one CTA an SM
+//   with larger chunks that stay resident, takes those: one wave of 512-thread CTAs, no tail.
+// Rows whose chunks pass 160 KB are not copied into shared memory (the passes re-read global
+// memory, mostly from L2).
+constexpr int64_t kChunkElems = 16 << 10;
+constexpr int64_t kMinChunkElems = 4 << 10;
 constexpr int64_t kMaxResidentBytes = 160 << 10;
+constexpr int64_t kChunkBytesOld = 32 << 10;  // A/B only (this session)
 
 struct Plan {
   int cluster = 1;
   size_t dyn_smem = 0;
 };
 
+int cluster_for(int64_t rows, int64_t cols, int64_t elem_bytes) {
+  int c = 1;
+  if (std::getenv("JAXNORM_SAMPLING_PLAN")) {  // A/B only (this session): the 32 KB chunks
+    while (c < kMaxCluster && cols * elem_bytes > kChunkBytesOld * c) c *= 2;
+    return c;
+  }
+  const int64_t sms = device_facts().sms;
+  while (c < kMaxCluster && cols > kChunkElems * c) c *= 2;
+  while (c < kMaxCluster && rows * 4 * c <= sms && cols >= 2 * kMinChunkElems * c) c *= 2;
+  if (rows * c > sms) {
+    int h = c / 2;
+    while (h > 1 && rows * h > sms) h /= 2;
+    if (rows * h <= sms && ceil_div(cols, h) * elem_bytes <= kMaxResidentBytes) c = h;
+  }
+  return c;
+}
+
 // Chunks sized by the logits' element type, aligned for 16-byte loads.
 template <class T>
 Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
   Plan p;
-  const int64_t bytes = a->cols * static_cast<int64_t>(sizeof(T));
-  while (p.cluster < kMaxCluster && bytes > kChunkBytes * p.cluster) p.cluster *= 2;
+  p.cluster = cluster_for(a->rows, a->cols, sizeof(T));
   static const int forced = std::getenv("JAXNORM_SAMPLING_CLUSTER") ? std::atoi(std::getenv("JAXNORM_SAMPLING_CLUSTER")) : 0;
   if (forced > 0) p.cluster = std::min<int>(forced, kMaxCluster);  // A/B only (this session)
   constexpr int64_t N = kVecOf<T>;
