@@ -1,5 +1,6 @@
 // CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh).
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -14,49 +15,32 @@ namespace {
 
 using namespace sampling;
 
-// A row's cluster, from the A/B of cluster sizes at 8-256 x 128256 (h100-sampling.md):
-// - about 16K elements a CTA (float32: 64 KB chunks, 3 CTAs an SM), fewer CTAs a row than 32 KB
-//   float32 chunks and fewer waves, which the passes' fixed latencies favour once rows queue;
-// - a small batch, which leaves SMs idle, spreads each row over up to twice as many CTAs (at least
-//   4K elements each);
-// - a batch whose rows then take more than one CTA an SM, but whose rows all fit at one CTA an SM
-//   with larger chunks that stay resident, takes those: one wave of 512-thread CTAs, no tail.
-// Rows whose chunks pass 160 KB are not copied into shared memory (the passes re-read global
-// memory, mostly from L2).
-constexpr int64_t kChunkElems = 16 << 10;
-constexpr int64_t kMinChunkElems = 4 << 10;
+// Columns of one CTA's share of a row: about 32 KB, so a cluster of up to 16 CTAs spreads a wide
+// row over many SMs and several clusters fit on an SM; rows past 16 CTAs of 160 KB are not copied
+// into shared memory (the passes then re-read global memory, mostly from L2). launch_select
+// revises the cluster from the batch (see there).
+constexpr int64_t kChunkBytes = 32 << 10;
 constexpr int64_t kMaxResidentBytes = 160 << 10;
-constexpr int64_t kChunkBytesOld = 32 << 10;  // A/B only (this session)
+constexpr int64_t kChunkElemsQueued = 16 << 10;  // float32 rows that queue: 64 KB chunks
+constexpr int64_t kMinChunkElems = 4 << 10;
 
 struct Plan {
   int cluster = 1;
   size_t dyn_smem = 0;
 };
 
-int cluster_for(int64_t rows, int64_t cols, int64_t elem_bytes) {
+int default_cluster(int64_t cols, int64_t elem_bytes) {
   int c = 1;
-  if (std::getenv("JAXNORM_SAMPLING_PLAN")) {  // A/B only (this session): the 32 KB chunks
-    while (c < kMaxCluster && cols * elem_bytes > kChunkBytesOld * c) c *= 2;
-    return c;
-  }
-  const int64_t sms = device_facts().sms;
-  while (c < kMaxCluster && cols > kChunkElems * c) c *= 2;
-  while (c < kMaxCluster && rows * 4 * c <= sms && cols >= 2 * kMinChunkElems * c) c *= 2;
-  if (rows * c > sms) {
-    int h = c / 2;
-    while (h > 1 && rows * h > sms) h /= 2;
-    if (rows * h <= sms && ceil_div(cols, h) * elem_bytes <= kMaxResidentBytes) c = h;
-  }
+  while (c < kMaxCluster && cols * elem_bytes > kChunkBytes * c) c *= 2;
   return c;
 }
 
-// Chunks sized by the logits' element type, aligned for 16-byte loads.
+// The chunks of a cluster of `cluster` CTAs, sized by the logits' element type and aligned for
+// 16-byte loads.
 template <class T>
-Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem) {
+Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem, int cluster) {
   Plan p;
-  p.cluster = cluster_for(a->rows, a->cols, sizeof(T));
-  static const int forced = std::getenv("JAXNORM_SAMPLING_CLUSTER") ? std::atoi(std::getenv("JAXNORM_SAMPLING_CLUSTER")) : 0;
-  if (forced > 0) p.cluster = std::min<int>(forced, kMaxCluster);  // A/B only (this session)
+  p.cluster = cluster;
   constexpr int64_t N = kVecOf<T>;
   a->chunk = ceil_div(ceil_div(a->cols, p.cluster), N) * N;
   const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(T));
@@ -105,15 +89,53 @@ struct Launch {
   }
 };
 
-// 512-thread CTAs for a small batch, whose rows' clusters all fit on the device at once with
-// one CTA an SM (each pass is latency-bound with 8 warps an SM), else 256 (up to 3 CTAs an SM).
+// The launch: a cluster of 32 KB chunks a row, revised by the batch (each revision from the A/B
+// of cluster sizes at 1-256 x 32000-151936, h100-sampling.md: the kernel takes about as long per
+// SM per resident byte whatever the split, so what counts is that every SM works and no wave
+// runs part-empty):
+// - 16-bit rows of a small batch, which leaves SMs idle, spread over up to twice as many CTAs
+//   (chunks of at least 4K elements);
+// - rows that would queue for a second wave: 16-bit rows take, where they all fit at once with
+//   one CTA an SM, the larger resident chunks of a smaller cluster; float32 rows take 64 KB
+//   chunks (a third as many waves of 16 KB-chunked clusters would pass the shared memory of an SM).
+// Then 512-thread CTAs where the rows' clusters all fit at one CTA an SM (each pass is
+// latency-bound with 8 warps an SM), else 256 (up to 3 CTAs an SM).
 template <class T, int kMode, bool kBias = false>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
-  const Plan p = plan_rows<T>(&a, extra_smem);
   using Few = Launch<T, kMode, kBias, kThreadsFew>;
-  const bool few = a.rows * p.cluster <= device_facts().sms && a.rows <= Few::resident_rows(p);
-  return few ? Few::run(stream, a, p, what) : Launch<T, kMode, kBias, kThreadsMany>::run(stream, a, p, what);
+  using Many = Launch<T, kMode, kBias, kThreadsMany>;
+  const int64_t sms = device_facts().sms;
+  constexpr bool k16 = sizeof(T) == 2;
+  int c = default_cluster(a.cols, sizeof(T));
+  const bool old_plan = std::getenv("JAXNORM_SAMPLING_PLAN") != nullptr;  // A/B only (this session)
+  if (!old_plan) {
+    if (k16) {
+      while (c < kMaxCluster && a.rows * 4 * c <= sms && a.cols >= 2 * kMinChunkElems * c) c *= 2;
+    }
+    SelectArgs<T> t = a;
+    if (a.rows > Many::resident_rows(plan_rows<T>(&t, extra_smem, c))) {
+      if (k16) {
+        for (int h = c / 2; h >= 1; h /= 2) {
+          const Plan q = plan_rows<T>(&t, extra_smem, h);
+          if (!t.resident) break;
+          if (a.rows * h <= sms && a.rows <= Few::resident_rows(q)) {
+            c = h;
+            break;
+          }
+        }
+      } else {
+        while (c > 1 && ceil_div(a.cols, c / 2) <= kChunkElemsQueued) c /= 2;
+      }
+    }
+  }
+  const Plan p = plan_rows<T>(&a, extra_smem, c);
+  const bool few = a.rows * p.cluster <= sms && a.rows <= Few::resident_rows(p);
+  if (std::getenv("JAXNORM_SAMPLING_DEBUG")) {  // this session only
+    fprintf(stderr, "plan rows=%lld cols=%lld bytes=%d cluster=%d few=%d resident_few=%d resident_many=%d\n",
+            (long long)a.rows, (long long)a.cols, (int)sizeof(T), c, (int)few, Few::resident_rows(p), Many::resident_rows(p));
+  }
+  return few ? Few::run(stream, a, p, what) : Many::run(stream, a, p, what);
 }
 
 // The A/B switch JAXNORM_SAMPLING_RADIX=1: thresholds by radix select only, no gather.
