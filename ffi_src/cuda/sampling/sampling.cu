@@ -1,6 +1,5 @@
 // CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh).
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -95,9 +94,9 @@ struct Launch {
 // runs part-empty):
 // - 16-bit rows of a small batch, which leaves SMs idle, spread over up to twice as many CTAs
 //   (chunks of at least 4K elements);
-// - rows that would queue for a second wave: 16-bit rows take, where they all fit at once with
-//   one CTA an SM, the larger resident chunks of a smaller cluster; float32 rows take 64 KB
-//   chunks (a third as many waves of 16 KB-chunked clusters would pass the shared memory of an SM).
+// - rows that would queue for a second wave: 16-bit rows take the larger resident chunks of a
+//   smaller cluster where all rows then fit at once at one CTA an SM and keep 3/4 of the SMs
+//   busy; float32 rows take 64 KB chunks where that makes fewer waves.
 // Then 512-thread CTAs where the rows' clusters all fit at one CTA an SM (each pass is
 // latency-bound with 8 warps an SM), else 256 (up to 3 CTAs an SM).
 template <class T, int kMode, bool kBias = false>
@@ -114,27 +113,28 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
       while (c < kMaxCluster && a.rows * 4 * c <= sms && a.cols >= 2 * kMinChunkElems * c) c *= 2;
     }
     SelectArgs<T> t = a;
-    if (a.rows > Many::resident_rows(plan_rows<T>(&t, extra_smem, c))) {
+    const int64_t resident = Many::resident_rows(plan_rows<T>(&t, extra_smem, c));
+    if (a.rows > resident) {
       if (k16) {
-        for (int h = c / 2; h >= 1; h /= 2) {
+        for (int h = c / 2; h >= 2; h /= 2) {
           const Plan q = plan_rows<T>(&t, extra_smem, h);
           if (!t.resident) break;
-          if (a.rows * h <= sms && a.rows <= Few::resident_rows(q)) {
-            c = h;
+          if (a.rows * h <= sms) {
+            // One wave that keeps at least 3/4 of the SMs busy.
+            if (4 * a.rows * h >= 3 * sms && a.rows <= Few::resident_rows(q)) c = h;
             break;
           }
         }
       } else {
-        while (c > 1 && ceil_div(a.cols, c / 2) <= kChunkElemsQueued) c /= 2;
+        int h = c;
+        while (h > 2 && ceil_div(a.cols, h / 2) <= kChunkElemsQueued) h /= 2;
+        const int64_t resident_h = h < c ? Many::resident_rows(plan_rows<T>(&t, extra_smem, h)) : resident;
+        if (ceil_div(a.rows, resident_h) < ceil_div(a.rows, resident)) c = h;
       }
     }
   }
   const Plan p = plan_rows<T>(&a, extra_smem, c);
   const bool few = a.rows * p.cluster <= sms && a.rows <= Few::resident_rows(p);
-  if (std::getenv("JAXNORM_SAMPLING_DEBUG")) {  // this session only
-    fprintf(stderr, "plan rows=%lld cols=%lld bytes=%d cluster=%d few=%d resident_few=%d resident_many=%d\n",
-            (long long)a.rows, (long long)a.cols, (int)sizeof(T), c, (int)few, Few::resident_rows(p), Many::resident_rows(p));
-  }
   return few ? Few::run(stream, a, p, what) : Many::run(stream, a, p, what);
 }
 
