@@ -88,53 +88,52 @@ struct Launch {
   }
 };
 
-// The launch: a cluster of 32 KB chunks a row, revised by the batch (each revision from the A/B
-// of cluster sizes at 1-256 x 32000-151936, h100-sampling.md: the kernel takes about as long per
-// SM per resident byte whatever the split, so what counts is that every SM works and no wave
-// runs part-empty):
+// A row's cluster: 32 KB chunks, revised by the batch (each revision from the A/B of cluster
+// sizes at 1-256 x 32000-151936, h100-sampling.md: the kernel takes about as long per SM per
+// resident byte whatever the split, so what counts is that every SM works and no wave runs
+// part-empty):
 // - 16-bit rows of a small batch, which leaves SMs idle, spread over up to twice as many CTAs
 //   (chunks of at least 4K elements);
 // - rows that would queue for a second wave: 16-bit rows take the larger resident chunks of a
 //   smaller cluster where all rows then fit at once at one CTA an SM and keep 3/4 of the SMs
 //   busy; float32 rows take 64 KB chunks where that makes fewer waves.
-// Then 512-thread CTAs where the rows' clusters all fit at one CTA an SM (each pass is
-// latency-bound with 8 warps an SM), else 256 (up to 3 CTAs an SM).
+template <class T, class Few, class Many>
+int cluster_for_batch(const SelectArgs<T>& a, int64_t extra_smem) {
+  const int64_t sms = device_facts().sms;
+  int c = default_cluster(a.cols, sizeof(T));
+  if (sizeof(T) == 2) {
+    while (c < kMaxCluster && a.rows * 4 * c <= sms && a.cols >= 2 * kMinChunkElems * c) c *= 2;
+  }
+  SelectArgs<T> t = a;
+  const int64_t resident = Many::resident_rows(plan_rows<T>(&t, extra_smem, c));
+  if (a.rows <= resident) return c;
+  if (sizeof(T) == 2) {
+    for (int h = c / 2; h >= 2; h /= 2) {
+      const Plan q = plan_rows<T>(&t, extra_smem, h);
+      if (!t.resident) break;
+      if (a.rows * h <= sms) {
+        // One wave that keeps at least 3/4 of the SMs busy.
+        return 4 * a.rows * h >= 3 * sms && a.rows <= Few::resident_rows(q) ? h : c;
+      }
+    }
+    return c;
+  }
+  int h = c;
+  while (h > 2 && ceil_div(a.cols, h / 2) <= kChunkElemsQueued) h /= 2;
+  if (h == c) return c;
+  const int64_t resident_h = Many::resident_rows(plan_rows<T>(&t, extra_smem, h));
+  return ceil_div(a.rows, resident_h) < ceil_div(a.rows, resident) ? h : c;
+}
+
+// 512-thread CTAs where the rows' clusters all fit at one CTA an SM (each pass is latency-bound
+// with 8 warps an SM), else 256 (up to 3 CTAs an SM).
 template <class T, int kMode, bool kBias = false>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
   using Few = Launch<T, kMode, kBias, kThreadsFew>;
   using Many = Launch<T, kMode, kBias, kThreadsMany>;
-  const int64_t sms = device_facts().sms;
-  constexpr bool k16 = sizeof(T) == 2;
-  int c = default_cluster(a.cols, sizeof(T));
-  const bool old_plan = std::getenv("JAXNORM_SAMPLING_PLAN") != nullptr;  // A/B only (this session)
-  if (!old_plan) {
-    if (k16) {
-      while (c < kMaxCluster && a.rows * 4 * c <= sms && a.cols >= 2 * kMinChunkElems * c) c *= 2;
-    }
-    SelectArgs<T> t = a;
-    const int64_t resident = Many::resident_rows(plan_rows<T>(&t, extra_smem, c));
-    if (a.rows > resident) {
-      if (k16) {
-        for (int h = c / 2; h >= 2; h /= 2) {
-          const Plan q = plan_rows<T>(&t, extra_smem, h);
-          if (!t.resident) break;
-          if (a.rows * h <= sms) {
-            // One wave that keeps at least 3/4 of the SMs busy.
-            if (4 * a.rows * h >= 3 * sms && a.rows <= Few::resident_rows(q)) c = h;
-            break;
-          }
-        }
-      } else {
-        int h = c;
-        while (h > 2 && ceil_div(a.cols, h / 2) <= kChunkElemsQueued) h /= 2;
-        const int64_t resident_h = h < c ? Many::resident_rows(plan_rows<T>(&t, extra_smem, h)) : resident;
-        if (ceil_div(a.rows, resident_h) < ceil_div(a.rows, resident)) c = h;
-      }
-    }
-  }
-  const Plan p = plan_rows<T>(&a, extra_smem, c);
-  const bool few = a.rows * p.cluster <= sms && a.rows <= Few::resident_rows(p);
+  const Plan p = plan_rows<T>(&a, extra_smem, cluster_for_batch<T, Few, Many>(a, extra_smem));
+  const bool few = a.rows * p.cluster <= device_facts().sms && a.rows <= Few::resident_rows(p);
   return few ? Few::run(stream, a, p, what) : Many::run(stream, a, p, what);
 }
 
