@@ -97,10 +97,14 @@ struct Launch {
 // - rows that would queue for a second wave: 16-bit rows take the larger resident chunks of a
 //   smaller cluster where all rows then fit at once at one CTA an SM and keep 3/4 of the SMs
 //   busy; float32 rows take 64 KB chunks where that makes fewer waves.
-template <class T, class Few, class Many>
+// The logits update (kBias) keeps the default: its finished rows, known only on the device,
+// leave part of the batch idle, and its 16-bit rows re-read the bias over a chunk (64 x 128256,
+// half the rows finished: bfloat16 44.3 -> 69.3 us, float32 50.6 -> 57.1 with the revisions).
+template <class T, bool kBias, class Few, class Many>
 int cluster_for_batch(const SelectArgs<T>& a, int64_t extra_smem) {
   const int64_t sms = device_facts().sms;
   int c = default_cluster(a.cols, sizeof(T));
+  if (kBias) return c;
   if (sizeof(T) == 2) {
     while (c < kMaxCluster && a.rows * 4 * c <= sms && a.cols >= 2 * kMinChunkElems * c) c *= 2;
   }
@@ -132,7 +136,7 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   if (a.rows == 0) return ffi::Error::Success();
   using Few = Launch<T, kMode, kBias, kThreadsFew>;
   using Many = Launch<T, kMode, kBias, kThreadsMany>;
-  const Plan p = plan_rows<T>(&a, extra_smem, cluster_for_batch<T, Few, Many>(a, extra_smem));
+  const Plan p = plan_rows<T>(&a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(a, extra_smem));
   const bool few = a.rows * p.cluster <= device_facts().sms && a.rows <= Few::resident_rows(p);
   return few ? Few::run(stream, a, p, what) : Many::run(stream, a, p, what);
 }
