@@ -55,7 +55,7 @@ def main(stdout_path, csv_path):
         elif cur is not None:
             cur.append((name, us))
     if len(groups) != len(names) or not calls:
-        sys.exit(f"flashinfer_ncu: {len(groups)} markers in the profile, {len(names)} entries printed")
+        sys.exit(f"flashinfer_ncu: {len(groups)} entries marked in the profile, {len(names)} printed")
     print(f"| entry | device µs per call (Nsight Compute, mean of {calls}) | kernels per call |")
     print("|---|---|---|")
     for name, group in zip(names, groups):
