@@ -16,8 +16,8 @@ using namespace sampling;
 
 // Columns of one CTA's share of a row: about 32 KB, so a cluster of up to 16 CTAs spreads a wide
 // row over many SMs and several clusters fit on an SM; rows past 16 CTAs of 160 KB are not copied
-// into shared memory (the passes then re-read global memory, mostly from L2). launch_select
-// revises the cluster from the batch (see there).
+// into shared memory (the passes then re-read global memory, mostly from L2). cluster_for_batch
+// revises the cluster from the batch.
 constexpr int64_t kChunkBytes = 32 << 10;
 constexpr int64_t kMaxResidentBytes = 160 << 10;
 constexpr int64_t kChunkElemsQueued = 16 << 10;  // float32 rows that queue: 64 KB chunks
@@ -104,7 +104,7 @@ template <class T, bool kBias, class Few, class Many>
 int cluster_for_batch(const SelectArgs<T>& a, int64_t extra_smem) {
   const int64_t sms = device_facts().sms;
   int c = default_cluster(a.cols, sizeof(T));
-  if (kBias) return c;
+  if constexpr (kBias) return c;
   if (sizeof(T) == 2) {
     while (c < kMaxCluster && a.rows * 4 * c <= sms && a.cols >= 2 * kMinChunkElems * c) c *= 2;
   }
