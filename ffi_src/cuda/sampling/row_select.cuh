@@ -47,7 +47,7 @@ constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 // once the finished-row test was in, 2 CTAs an SM. The filters, top_k and 512-thread CTAs (one an
 // SM) keep ptxas's choice (at 80 the filter with a bias spills).
 template <class T, int kMode, bool kBias, int kThreads>
-__global__ void __launch_bounds__(kThreads, kMode == kSample && kThreads == kThreadsMany ? 3 : 0)
+__global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode == kSample ? 3 : 0)
     select_rows(const SelectArgs<T> a) {
   static_assert(!kBias || kMode != kTopK, "top_k takes no bias");
   using S = T;
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample && kThreads == kThr
         while (kp < got) kp <<= 1;
         for (int i = got + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
         __syncthreads();
-        bitonic_sort_desc<kThreads>(cand, kp);
+        bitonic_sort_desc<kThreads>(cand, kp, a.legacy_sort);
         // A key of 0 (-NaN at the last column) ties with the padding; it can only be the k-th.
         int32_t* out = static_cast<int32_t*>(a.out) + r * a.k;
         for (int i = threadIdx.x; i < a.k; i += kThreads) out[i] = static_cast<int32_t>(last - static_cast<uint32_t>(cand[i]));
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, kMode == kSample && kThreads == kThr
             above_i = *cl.map_shared_rank(&sh.above_i, threadIdx.x);
           }
           if (kDraw && r + gridDim.y >= a.rows) arrive_early(&sh.arrived);  // its last row
-          const int t = resolve_candidates<kDraw>(sh, cand, g, m, q, static_cast<uint32_t>(a.cols - 1), above_s, above_i);
+          const int t = resolve_candidates<kDraw>(sh, cand, g, m, q, static_cast<uint32_t>(a.cols - 1), above_s, above_i, a.legacy_sort);
           if (drawn && threadIdx.x == 0) static_cast<int32_t*>(a.out)[r] = t;
         }
         if (!drawn) {

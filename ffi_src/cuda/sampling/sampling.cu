@@ -147,6 +147,15 @@ bool radix_only() {
   return on;
 }
 
+bool legacy_sort() {
+  static const bool on = std::getenv("JAXNORM_SORT_LEGACY") != nullptr;
+  return on;
+}
+bool topk_wide() {
+  static const bool on = std::getenv("JAXNORM_TOPK_WIDE") != nullptr;
+  return on;
+}
+
 template <class T>
 SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, void* out) {
   SelectArgs<T> a{};
@@ -164,6 +173,7 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
   }
   a.out = out;
   a.gather_cap = radix_only() ? 0 : kCand;
+  a.legacy_sort = legacy_sort();
   return a;
 }
 
@@ -223,6 +233,7 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     a.x = static_cast<const T*>(x.untyped_data());
     a.rows = s.rows, a.cols = s.cols;
     a.k = k;
+    a.legacy_sort = legacy_sort();
     a.out = indices->untyped_data();
     int64_t kp = 1;
     while (kp < k) kp <<= 1;  // the bitonic sort's padded length
@@ -231,7 +242,7 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     // sort's length lets them stop a pass or more earlier (bf16, 64 x 128256, k = 1024: 120 ->
     // 86 us); float32 rows, which seldom tie, lost at twice the length (125 -> 162 us; not
     // profiled: a longer sort, and 16 KB more shared memory a CTA).
-    const int64_t slots = std::max<int64_t>(sizeof(T) == 2 ? 2 * kp : kp, kCand);
+    const int64_t slots = std::max<int64_t>(sizeof(T) == 2 || topk_wide() ? 2 * kp : kp, kCand);
     a.gather_cap = radix_only() ? 0 : slots;
     return launch_select<T, kTopK>(stream, a, slots * 8, "top_k");
   });
