@@ -84,7 +84,16 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
     const bool add_bias = kBias && !(kSums && a.resident);
     // Element i of this CTA's chunk as the sampler sees it (the bias added).
     auto logit = [&](int i) -> float { return add_bias ? to_float(src[i]) + gbias[i] : to_float(src[i]); };
+    // The chunk's largest as the later passes need it: the samplers' value, top_k's key.
     float lmax = -INFINITY;
+    uint32_t kmax = 0;
+    auto note = [&](float x) {
+      if constexpr (kMode == kTopK) {
+        kmax = max(kmax, order_key(__float_as_uint(x)));
+      } else {
+        lmax = fmaxf(lmax, sampling_value(x, false));
+      }
+    };
     if (a.resident) {
       constexpr int N = kVecOf<T>;
       int i0 = 0;
@@ -111,13 +120,13 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
               for (int j = 0; j < N; ++j) {
                 const float sum = to_float(v[u].v[j]) + b[j];
                 if constexpr (kSums) held.v[j] = sum;
-                lmax = fmaxf(lmax, sampling_value(sum, false));
+                note(sum);
               }
               *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = held;
             } else {
               *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v[u];
 #pragma unroll
-              for (int j = 0; j < N; ++j) lmax = fmaxf(lmax, sampling_value(to_float(v[u].v[j]), false));
+              for (int j = 0; j < N; ++j) note(to_float(v[u].v[j]));
             }
           }
         }
@@ -128,10 +137,10 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
         if constexpr (kBias) {
           const float sum = to_float(v) + gbias[i];
           smem_chunk[i] = kSums ? from_float<T>(sum) : v;
-          lmax = fmaxf(lmax, sampling_value(sum, false));
+          note(sum);
         } else {
           smem_chunk[i] = v;
-          lmax = fmaxf(lmax, sampling_value(to_float(v), false));
+          note(to_float(v));
         }
       }
     } else if (kMode != kTopK) {
@@ -145,11 +154,29 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
         key = order_key(__float_as_uint(to_float(src[i])));
         return true;
       };
-      unsigned long long remaining;
-      bool exact;
+      unsigned long long remaining = 0;
+      bool exact = false;
       bool all = false;  // every key >= tv gathered (at most gather_cap), not just the k winners
-      const uint32_t tv = count_select(cl, sh, phase, n, a.k, 24, value_key, &remaining, &exact,
-                                       static_cast<unsigned long long>(a.gather_cap), &all);
+      uint32_t tv = 0;
+      if (a.topk_window && a.resident && a.gather_cap > 0) {
+        // First a histogram of the keys' top 11 bits (sign, exponent, 2 mantissa bits: quarter
+        // binades) in a window of 256 bins that ends at the row's largest key, everything below
+        // in bin 0: one pass usually isolates a boundary bin that fits the gather, where the
+        // key's top byte (a whole binade) seldom does.
+        const uint32_t top = cluster_max(cl, sh, phase, kmax, 0u) >> kWindowShift;
+        const uint32_t lo = max(top, kBins - 1u) - (kBins - 1u);
+        cluster_histogram<false>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
+          d = max(order_key(__float_as_uint(to_float(src[i]))) >> kWindowShift, lo) - lo;
+          return true;
+        });
+        find_crossing<false>(sh, a.k, -1.0);
+        all = sh.dec_bin > 0 && sh.dec_above + sh.dec_n <= static_cast<unsigned long long>(a.gather_cap);
+        tv = (lo + sh.dec_bin) << kWindowShift;
+      }
+      if (!all) {
+        tv = count_select(cl, sh, phase, n, a.k, 24, value_key, &remaining, &exact,
+                          static_cast<unsigned long long>(a.gather_cap), &all);
+      }
       uint32_t ti = 0;  // among ties with tv, the index keys (last - index) >= ti are in
       if (!all && exact && remaining < sh.dec_n) {
         const int bits = 32 - __clz(last);
@@ -185,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
         if (threadIdx.x == 0) sh.ncand = 0;
       }
     } else {
-      float m = cluster_max(cl, sh, phase, lmax);
+      float m = cluster_max(cl, sh, phase, lmax, -INFINITY);
       const bool inf_row = m == INFINITY;
       if (inf_row) m = 0.0f;
       auto value_of = [&](int i) { return sampling_value(logit(i), inf_row); };

@@ -23,6 +23,7 @@ namespace cg = cooperative_groups;
 constexpr int kThreadsMany = 256;
 constexpr int kThreadsFew = 512;
 constexpr int kBins = 256;
+constexpr int kWindowShift = 21;  // top_k's first pass: the keys' top 11 bits
 constexpr int kTopKMax = 2048;
 constexpr int kMassSplit = 19;
 constexpr int kCand = 1024;  // the sampling modes' gather buffer in CTA 0: 8 KB, 2 or 4 a thread
@@ -52,6 +53,7 @@ struct SelectArgs {
   const int32_t* end_id;   // (n_end), with finished
   int64_t n_end;
   bool legacy_sort;    // A/B knob JAXNORM_SORT_LEGACY
+  bool topk_window;    // A/B knob JAXNORM_TOPK_NOWINDOW
   int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
@@ -96,28 +98,34 @@ __device__ __forceinline__ void arrive_early(volatile bool* arrived) {
 
 __device__ __forceinline__ bool better(float s, int i, float bs, int bi) { return s > bs || (s == bs && i < bi); }
 
-// The cluster-wide maximum of v (NaN-free) or argmax of (score, index): every CTA publishes its
-// block result in its buffer of this phase, and after the cluster barrier reads all of them in
-// rank order, so every CTA holds the same answer.
-template <int kThreads>
-__device__ float cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, float v) {
+__device__ __forceinline__ float max_of(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ uint32_t max_of(uint32_t a, uint32_t b) { return max(a, b); }
+
+// The cluster-wide maximum of v (a NaN-free float, or a key) or argmax of (score, index): every
+// CTA publishes its block result in its buffer of this phase, and after the cluster barrier reads
+// all of them in rank order, so every CTA holds the same answer. `lowest` is the identity.
+template <int kThreads, class V>
+__device__ V cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, V v, V lowest) {
+  static_assert(sizeof(V) == sizeof(float), "published in the float slots");
   constexpr int kWarps = kThreads / 32;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
-  if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = v;
+  V* wv = reinterpret_cast<V*>(sh.wf);
+  for (int o = 16; o > 0; o >>= 1) v = max_of(v, __shfl_xor_sync(~0u, v, o));
+  if (threadIdx.x % 32 == 0) wv[threadIdx.x / 32] = v;
   __syncthreads();
   const int b = phase++ & 1;
+  V* pub = reinterpret_cast<V*>(&sh.fval[b]);
   if (threadIdx.x == 0) {
-    float m = sh.wf[0];
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.wf[w]);
-    sh.fval[b] = m;
+    V m = wv[0];
+    for (int w = 1; w < kWarps; ++w) m = max_of(m, wv[w]);
+    *pub = m;
   }
   cl.sync();
-  float v_r[kMaxCluster];
+  V v_r[kMaxCluster];
 #pragma unroll
-  for (int r = 0; r < kMaxCluster; ++r) v_r[r] = r < cl.num_blocks() ? *cl.map_shared_rank(&sh.fval[b], r) : -INFINITY;
-  float m = -INFINITY;
+  for (int r = 0; r < kMaxCluster; ++r) v_r[r] = r < cl.num_blocks() ? *cl.map_shared_rank(pub, r) : lowest;
+  V m = lowest;
 #pragma unroll
-  for (int r = 0; r < kMaxCluster; ++r) m = fmaxf(m, v_r[r]);
+  for (int r = 0; r < kMaxCluster; ++r) m = max_of(m, v_r[r]);
   return m;
 }
 
