@@ -234,6 +234,7 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     a.rows = s.rows, a.cols = s.cols;
     a.k = k;
     a.legacy_sort = legacy_sort();
+    a.topk_window = !topk_no_window();
     a.out = indices->untyped_data();
     int64_t kp = 1;
     while (kp < k) kp <<= 1;  // the bitonic sort's padded length
@@ -242,7 +243,7 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     // sort's length lets them stop a pass or more earlier (bf16, 64 x 128256, k = 1024: 120 ->
     // 86 us); float32 rows, which seldom tie, lost at twice the length (125 -> 162 us; not
     // profiled: a longer sort, and 16 KB more shared memory a CTA).
-    const int64_t slots = std::max<int64_t>(sizeof(T) == 2 || !topk_no_window() ? 2 * kp : kp, kCand);
+    const int64_t slots = std::max<int64_t>(sizeof(T) == 2 || std::getenv("JAXNORM_TOPK_SLOTS2") ? 2 * kp : kp, kCand);
     a.gather_cap = radix_only() ? 0 : slots;
     return launch_select<T, kTopK>(stream, a, slots * 8, "top_k");
   });
