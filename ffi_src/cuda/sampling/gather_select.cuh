@@ -52,13 +52,15 @@ __device__ int block_max(SelectShared<kThreads>& sh, int v) {
 
 // Bitonic sort (descending) of cand[0, kp) by one CTA, kp a power of two. Each warp sorts
 // segments of kSortSeg entries in registers (strides below 32 by shuffles, the larger ones
-// within a lane), so only strides of a segment or more take a shared-memory step and a barrier:
-// for kp = 1024, 6 barrier steps instead of 55 (CTA 0 sorts while its cluster's SM slots wait).
-constexpr int kSortLane = 2;                // entries a lane holds
+// within a lane), so only strides of a segment or more take a shared-memory step: for kp = 1024,
+// 15 barriers instead of 55 (measured at 449b1f6: `top_k` 10% faster at batch 1, 1-5% at 64).
+// Two entries a lane: at four, ptxas spilled in the top_k kernels of 256 threads.
+constexpr int kSortLane = 2;               // entries a lane holds
 constexpr int kSortSeg = 32 * kSortLane;  // entries a warp sorts in registers
 
 // The bitonic steps of sizes size_lo .. size_hi (powers of two) whose strides are below kSortSeg,
-// over each of this warp's segments of cand[0, kp) (entries past kp held as 0, not stored).
+// over each of this warp's segments of cand[0, kp) (entries past kp held as 0, not stored). Not
+// inlined: inlined, it pushed the 80-register samplers into spilling in their copy loop.
 template <int kThreads>
 __device__ __noinline__ void bitonic_segments(unsigned long long* cand, int kp, int size_lo, int size_hi) {
   constexpr int E = kSortLane, kWarps = kThreads / 32;
@@ -98,26 +100,8 @@ __device__ __noinline__ void bitonic_segments(unsigned long long* cand, int kp, 
   }
 }
 
-// A/B (JAXNORM_SORT_LEGACY): every step in shared memory with a barrier.
 template <int kThreads>
-__device__ void bitonic_sort_desc_smem(unsigned long long* cand, int kp) {
-  for (int size = 2; size <= kp; size <<= 1) {
-    for (int stride = size / 2; stride > 0; stride >>= 1) {
-      for (int t = threadIdx.x; t < kp / 2; t += kThreads) {
-        const int i = 2 * t - (t & (stride - 1));
-        const int j = i + stride;
-        const bool desc = (i & size) == 0;
-        const unsigned long long x = cand[i], y = cand[j];
-        if ((x < y) == desc) cand[i] = y, cand[j] = x;
-      }
-      __syncthreads();
-    }
-  }
-}
-
-template <int kThreads>
-__device__ void bitonic_sort_desc(unsigned long long* cand, int kp, bool legacy) {
-  if (legacy) return bitonic_sort_desc_smem<kThreads>(cand, kp);
+__device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
   if (kp < 2) return;
   bitonic_segments<kThreads>(cand, kp, 2, min(kp, kSortSeg));
   __syncthreads();
@@ -277,13 +261,13 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
 // gathered bin (read by the caller before the sort, so the peers need not wait for it).
 template <bool kDraw, int kThreads>
 __device__ int resolve_candidates(SelectShared<kThreads>& sh, unsigned long long* cand, const Gather& g, float m,
-                                  const RowParams& q, uint32_t last, float best, int best_i, bool legacy_sort) {
+                                  const RowParams& q, uint32_t last, float best, int best_i) {
   constexpr int J = kCand / kThreads;
   int kp = 2;
   while (kp < g.n) kp <<= 1;
   for (int i = g.n + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
   __syncthreads();
-  bitonic_sort_desc<kThreads>(cand, kp, legacy_sort);
+  bitonic_sort_desc<kThreads>(cand, kp);
   const uint32_t kkey = q.use_k ? static_cast<uint32_t>(cand[q.k - 1] >> 32) : 0u;
   // Candidate J * thread + j, recomputed in each step rather than held across the block
   // reductions (registers): its key, s, and whether it is in the top-k set.

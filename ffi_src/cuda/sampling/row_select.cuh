@@ -20,9 +20,11 @@
 // Modes: kSample (one token a row: Gumbel-max over the kept tokens) and kFilter (the logits with
 // the dropped tokens at -inf) select with select_threshold: a first pass over value bins of
 // (v - max) / T, then 8 key bits a pass inside the chosen bin. kTopK (the k largest in lax.top_k's
-// order) selects with count_select on the raw key, which orders NaN and -0 as lax.top_k does and
-// needs no row maximum, until the keys at or above its bin fit CTA 0's buffer (then it gathers
-// and sorts them all), else on to the index among ties; CTA 0 bitonic-sorts the k winners.
+// order) works on the raw key, which orders NaN and -0 as lax.top_k does: where top_k_plan says
+// so, a first pass over quarter-binade key bins below the row's largest key; if its boundary bin
+// and those above do not fit CTA 0's buffer, count_select, 8 key bits a pass, until the keys at
+// or above its bin fit (then it gathers and sorts them all), else on to the index among ties;
+// CTA 0 bitonic-sorts the k winners.
 //
 // The logits update of a decoding loop rides on the same read (kBias: the sampling modes with an
 // output bias): every pass sees logits + bias in float32. A float32 row's shared-memory copy holds
@@ -44,8 +46,9 @@ constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 
 // The samplers of 256-thread CTAs ask for 3 CTAs an SM (<= 80 registers, no spills with nvcc 13;
 // what the shared memory of a 32 KB chunk allows): without it ptxas gave the sampler 92 registers
-// once the finished-row test was in, 2 CTAs an SM. The filters, top_k and 512-thread CTAs (one an
-// SM) keep ptxas's choice (at 80 the filter with a bias spills).
+// once the finished-row test was in, 2 CTAs an SM. The filters and top_k of 256 threads keep
+// ptxas's choice (at 80 the filter with a bias spills). 512-thread CTAs (one an SM) say so: with
+// the sort's call in them and no bound, ptxas held one of them to 64 registers and spilled.
 template <class T, int kMode, bool kBias, int kThreads>
 __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode == kSample ? 3 : 0)
     select_rows(const SelectArgs<T> a) {
@@ -204,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
         while (kp < got) kp <<= 1;
         for (int i = got + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
         __syncthreads();
-        bitonic_sort_desc<kThreads>(cand, kp, a.legacy_sort);
+        bitonic_sort_desc<kThreads>(cand, kp);
         // A key of 0 (-NaN at the last column) ties with the padding; it can only be the k-th.
         int32_t* out = static_cast<int32_t*>(a.out) + r * a.k;
         for (int i = threadIdx.x; i < a.k; i += kThreads) out[i] = static_cast<int32_t>(last - static_cast<uint32_t>(cand[i]));
@@ -264,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
             above_i = *cl.map_shared_rank(&sh.above_i, threadIdx.x);
           }
           if (kDraw && r + gridDim.y >= a.rows) arrive_early(&sh.arrived);  // its last row
-          const int t = resolve_candidates<kDraw>(sh, cand, g, m, q, static_cast<uint32_t>(a.cols - 1), above_s, above_i, a.legacy_sort);
+          const int t = resolve_candidates<kDraw>(sh, cand, g, m, q, static_cast<uint32_t>(a.cols - 1), above_s, above_i);
           if (drawn && threadIdx.x == 0) static_cast<int32_t*>(a.out)[r] = t;
         }
         if (!drawn) {

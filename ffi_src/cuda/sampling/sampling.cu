@@ -147,13 +147,33 @@ bool radix_only() {
   return on;
 }
 
-bool legacy_sort() {
-  static const bool on = std::getenv("JAXNORM_SORT_LEGACY") != nullptr;
-  return on;
-}
-bool topk_no_window() {
-  static const bool on = std::getenv("JAXNORM_TOPK_NOWINDOW") != nullptr;
-  return on;
+// top_k's plan: whether its first pass bins the keys in a window below the row's largest (an extra
+// cluster barrier for the row's maximum key) and how many candidates CTA 0 may gather (2k lets a
+// pass stop where k alone would not, for a sort of twice the length and 8 KB more shared memory
+// a CTA at k = 1024). Each choice is the one that won the same-call A/B at 1-256 x 32000 and
+// 128256 (h100-sampling.md, 065b248/ca9e78f): the window lost ~5% at 32000 columns and k = 50
+// (its first key byte already fits there); in float32 at k > 512 the window needs the 2k slots
+// (the quarter binade at the boundary holds ~1.2k keys), which win 14-20% at 64-256 x 128256
+// and lose 10-30% at batch 1-8 or 32000 columns (the sort, then occupancy).
+struct TopKPlan {
+  bool window = false;
+  int64_t slots = kCand;
+};
+
+template <class T>
+TopKPlan top_k_plan(int64_t rows, int64_t cols, int64_t kp) {
+  constexpr int64_t kWindowMinCols = 64 << 10;
+  constexpr int64_t kWideMinRows = 64;
+  const bool wide_k = 2 * kp > kCand;
+  TopKPlan p;
+  if (sizeof(T) == 2) {
+    p.window = cols >= kWindowMinCols || wide_k;
+    p.slots = std::max<int64_t>(2 * kp, kCand);
+  } else {
+    p.window = cols >= kWindowMinCols && (!wide_k || rows >= kWideMinRows);
+    p.slots = std::max<int64_t>(p.window ? 2 * kp : kp, kCand);
+  }
+  return p;
 }
 
 template <class T>
@@ -173,7 +193,6 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
   }
   a.out = out;
   a.gather_cap = radix_only() ? 0 : kCand;
-  a.legacy_sort = legacy_sort();
   return a;
 }
 
@@ -233,19 +252,16 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     a.x = static_cast<const T*>(x.untyped_data());
     a.rows = s.rows, a.cols = s.cols;
     a.k = k;
-    a.legacy_sort = legacy_sort();
-    a.topk_window = !topk_no_window();
     a.out = indices->untyped_data();
     int64_t kp = 1;
     while (kp < k) kp <<= 1;  // the bitonic sort's padded length
-    // The count passes stop once the keys at or above their bin fit the gather buffer. 16-bit
-    // rows tie heavily (k = 1024 of 128256: the passes went on into index bits), and twice the
-    // sort's length lets them stop a pass or more earlier (bf16, 64 x 128256, k = 1024: 120 ->
-    // 86 us); float32 rows, which seldom tie, lost at twice the length (125 -> 162 us; not
-    // profiled: a longer sort, and 16 KB more shared memory a CTA).
-    const int64_t slots = std::max<int64_t>(sizeof(T) == 2 || std::getenv("JAXNORM_TOPK_SLOTS2") ? 2 * kp : kp, kCand);
-    a.gather_cap = radix_only() ? 0 : slots;
-    return launch_select<T, kTopK>(stream, a, slots * 8, "top_k");
+    // The passes stop once the keys at or above their bin fit the gather buffer. 16-bit rows tie
+    // heavily (k = 1024 of 128256: the passes went on into index bits) and always take 2k slots
+    // (bf16, 64 x 128256, k = 1024: 120 -> 86 us before the window).
+    const TopKPlan p = top_k_plan<T>(s.rows, s.cols, kp);
+    a.topk_window = p.window;
+    a.gather_cap = radix_only() ? 0 : p.slots;
+    return launch_select<T, kTopK>(stream, a, p.slots * 8, "top_k");
   });
 }
 

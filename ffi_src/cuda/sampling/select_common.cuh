@@ -52,8 +52,7 @@ struct SelectArgs {
   int64_t n_fin;
   const int32_t* end_id;   // (n_end), with finished
   int64_t n_end;
-  bool legacy_sort;    // A/B knob JAXNORM_SORT_LEGACY
-  bool topk_window;    // A/B knob JAXNORM_TOPK_NOWINDOW
+  bool topk_window;    // kTopK: first pass over key bins in a window below the row's largest key
   int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
