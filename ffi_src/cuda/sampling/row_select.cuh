@@ -81,14 +81,12 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
       }
     }
     const T* grow = a.x + r * a.cols + c0;
-    // Element i as the passes read it: the held chunk, or (not resident) the row in global memory.
-    // Two loads, not one through a pointer to either: that pointer is generic, and the passes'
-    // loads were generic 64-bit-addressed loads instead of shared-memory ones.
-    auto load = [&](int i) -> S { return a.resident ? smem_chunk[i] : grow[i]; };
-    // Whether the loaded element lacks the bias (logit() adds it).
+    // What the passes read: the held chunk, or (not resident) the row in global memory.
+    const S* src = a.resident ? smem_chunk : grow;
+    // Whether src lacks the bias (logit() adds it).
     const bool add_bias = kBias && !(kSums && a.resident);
     // Element i of this CTA's chunk as the sampler sees it (the bias added).
-    auto logit = [&](int i) -> float { return add_bias ? to_float(load(i)) + gbias[i] : to_float(load(i)); };
+    auto logit = [&](int i) -> float { return add_bias ? to_float(src[i]) + gbias[i] : to_float(src[i]); };
     // The chunk's largest as the later passes need it: the samplers' value, top_k's key.
     float lmax = -INFINITY;
     uint32_t kmax = 0;
@@ -156,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
     if constexpr (kMode == kTopK) {
       const uint32_t last = static_cast<uint32_t>(a.cols - 1);
       auto value_key = [&](int i, uint32_t& key) {
-        key = order_key(__float_as_uint(to_float(load(i))));
+        key = order_key(__float_as_uint(to_float(src[i])));
         return true;
       };
       unsigned long long remaining = 0;
@@ -171,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
         const uint32_t top = cluster_max(cl, sh, phase, kmax, 0u) >> kWindowShift;
         const uint32_t lo = max(top, kBins - 1u) - (kBins - 1u);
         cluster_histogram<false>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
-          d = max(order_key(__float_as_uint(to_float(load(i)))) >> kWindowShift, lo) - lo;
+          d = max(order_key(__float_as_uint(to_float(src[i]))) >> kWindowShift, lo) - lo;
           return true;
         });
         find_crossing<false>(sh, a.k, -1.0);
@@ -189,14 +187,14 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
         ti = count_select(cl, sh, phase, n, remaining, (bits - 1) / 8 * 8,
                           [&](int i, uint32_t& key) {
                             key = last - static_cast<uint32_t>(c0 + i);
-                            return order_key(__float_as_uint(to_float(load(i)))) == tv;
+                            return order_key(__float_as_uint(to_float(src[i]))) == tv;
                           },
                           &remaining, &exact_i);
       }
       // The k winners (or every key >= tv) into CTA 0, sorted there.
       const unsigned cap = all ? static_cast<unsigned>(a.gather_cap) : static_cast<unsigned>(a.k);
       gather_to_rank0(cl, sh, cand, n, cap, [&](int i, unsigned long long& c) {
-        const uint32_t key = order_key(__float_as_uint(to_float(load(i))));
+        const uint32_t key = order_key(__float_as_uint(to_float(src[i])));
         const uint32_t ikey = last - static_cast<uint32_t>(c0 + i);
         c = composite(key, last, c0 + i);
         return all ? key >= tv : key > tv || (key == tv && ikey >= ti);
@@ -223,12 +221,11 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
       auto value_of = [&](int i) { return sampling_value(logit(i), inf_row); };
       const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
                                      a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
-      const float neg8_inv_t = -8.0f * q.inv_t;  // exact: a power of two
       // s, value bin and key of a token whose logit (the bias added) is x, and of token i
       auto token_x = [&](float x, float& s, uint32_t& bin, uint32_t& key) {
         const float v = sampling_value(x, inf_row);
         s = (v - m) * q.inv_t;
-        bin = value_digit((v - m) * neg8_inv_t);  // value_bin(s) bit for bit, one multiply fewer
+        bin = value_bin(s);
         key = order_key(__float_as_uint(v));
       };
       auto token = [&](int i, float& s, uint32_t& bin, uint32_t& key) { token_x(logit(i), s, bin, key); };
@@ -307,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
           if constexpr (kBias) {
             out[i] = keep ? from_float<T>(logit(i)) : neg_inf;
           } else {
-            out[i] = keep ? load(i) : neg_inf;
+            out[i] = keep ? src[i] : neg_inf;
           }
         }
       } else {

@@ -339,13 +339,9 @@ __device__ __forceinline__ void draw4(int64_t c0, int g, const float (&s)[4], co
   }
 }
 
-// The value digit from -8 s (token_x multiplies v - max by -8 / T at once: the same float, as
-// scaling by a power of two is exact).
-__device__ __forceinline__ uint32_t value_digit(float neg8s) {
-  return kBins - 1 - static_cast<uint32_t>(fminf(neg8s, static_cast<float>(kBins - 1)));
+__device__ __forceinline__ uint32_t value_bin(float s) {
+  return kBins - 1 - static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kBins - 1)));
 }
-
-__device__ __forceinline__ uint32_t value_bin(float s) { return value_digit(-8.0f * s); }
 
 __device__ __forceinline__ bool keeps(const Threshold& t, uint32_t bin, uint32_t key) {
   return bin > t.bin || (bin == t.bin && key >= t.key);
