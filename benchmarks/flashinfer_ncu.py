@@ -2,11 +2,12 @@
 
     python benchmarks/flashinfer_ncu.py FIS_STDOUT NCU_CSV
 
-The anchor (anchors/flashinfer_sampling.cu) launches `fis_marker` before each entry and prints
-one `ENTRY` line per entry, in the same order, and again after it; an entry's kernels are those
-between its two markers (the next shape's set-up, curand and a warm-up softmax, falls outside). Each entry ran 1 + FIS_REPS calls (the count is in the anchor's first line); the table
-gives the mean over those calls of the summed `gpu__time_duration` (caches flushed by Nsight
-Compute before every kernel), and each kernel's name with its count per call.
+The anchor (anchors/flashinfer_sampling.cu) launches `fis_marker` before and after each entry and
+prints one `ENTRY` line per entry, in the same order; an entry's kernels are those between its two
+markers (the next shape's set-up, curand and a warm-up softmax, falls outside). Each entry ran
+1 + FIS_REPS calls (the count is in the anchor's first line); the table gives the mean over those
+calls of the summed `gpu__time_duration` (caches flushed by Nsight Compute before every kernel),
+and each kernel's name with its count per call.
 """
 
 from __future__ import annotations
