@@ -136,6 +136,31 @@ def test_reproducible(rng):
     np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32)))
 
 
+def test_split_merge_repeats_in_a_loop(rng):
+    # On the GPU the last CTA of each head group's splits merges them, found by counters that
+    # every launch must leave at zero: 24 steps of a loop, each with two calls of different
+    # shapes (different counter ranges), must match the same calls made one at a time.
+    q1, k1, v1, _, _ = make(rng, 1, 32, 8, 5000, 128, "bfloat16")
+    q2, k2, v2, _, _ = make(rng, 2, 8, 2, 3000, 64, "float32")
+    steps = 24
+
+    def body(i, outs):
+        o1 = jaxnorm.decode_attention(q1, k1, v1, jnp.array([4999], jnp.int32) - 7 * i)
+        o2 = jaxnorm.decode_attention(q2, k2, v2, jnp.array([2999, 1500], jnp.int32) - 11 * i)
+        return outs[0].at[i].set(o1), outs[1].at[i].set(o2)
+
+    init = (jnp.zeros((steps, *q1.shape), q1.dtype), jnp.zeros((steps, *q2.shape), q2.dtype))
+    got1, got2 = jax.jit(lambda: jax.lax.fori_loop(0, steps, body, init))()
+    one = jax.jit(jaxnorm.decode_attention)
+    for i in (0, 1, 11, steps - 1):
+        want1 = one(q1, k1, v1, jnp.array([4999 - 7 * i], jnp.int32))
+        want2 = one(q2, k2, v2, jnp.array([2999 - 11 * i, 1500 - 11 * i], jnp.int32))
+        np.testing.assert_array_equal(np.asarray(got1[i].astype(jnp.float32)), np.asarray(want1.astype(jnp.float32)))
+        np.testing.assert_array_equal(np.asarray(got2[i]), np.asarray(want2))
+    assert_close(got2[steps - 1], reference.decode_attention(*f64(q2, k2, v2), jnp.array([2999, 1500]) - 11 * (steps - 1)),
+                 "float32")
+
+
 def test_vmap_matches_loop(rng):
     n = 3
     q, k, v, kn, vn = make(rng, 2 * n, 8, 2, 40, 64, "float32")
