@@ -137,9 +137,9 @@ def test_reproducible(rng):
 
 
 def test_split_merge_repeats_in_a_loop(rng):
-    # On the GPU the last CTA of each head group's splits merges them, found by counters that
-    # every launch must leave at zero: 24 steps of a loop, each with two calls of different
-    # shapes (different counter ranges), must match the same calls made one at a time.
+    # Long caches take the GPU's split path (partial states in a workspace, then their merge):
+    # 24 steps of a loop, each with two calls of different shapes, must match the same calls
+    # made one at a time, bit for bit (a merge that kept state between launches would not).
     q1, k1, v1, _, _ = make(rng, 1, 32, 8, 5000, 128, "bfloat16")
     q2, k2, v2, _, _ = make(rng, 2, 8, 2, 3000, 64, "float32")
     steps = 24

@@ -1,9 +1,7 @@
 // CUDA handlers of decode attention: with and without appending the new token to the caches.
 // 16-bit caches run on tensor cores (decode_mma.cuh), float32 caches on CUDA cores
-// (decode_simt.cuh); both split the sequences so that the grid fills the GPU once, and the last
-// CTA of each head group's splits merges them.
+// (decode_simt.cuh); both split the sequences so that the grid fills the GPU once.
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "common/decode_args.h"
@@ -30,27 +28,19 @@ int splits_for(int64_t units, int ctas_per_sm, int bound, int max_len, int grain
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({slots / std::max<int64_t>(units, 1), bound, by_rows})));
 }
 
-// The first of `units` split-merge counters for one launch: consecutive launches take
-// consecutive ranges of the ring, so only launches kTicketSlots / units apart share counters
-// (decode_common.cuh). A captured command buffer keeps its range for every replay.
-unsigned int take_tickets(int64_t units) {
-  static std::atomic<uint64_t> next{0};
-  return static_cast<unsigned int>(next.fetch_add(static_cast<uint64_t>(units)) % kTicketSlots);
-}
-
-// Launches `kernel` on (splits, kv heads x head groups of `per_cta`, batch); with more than one
-// split, the last CTA of each (sequence, head group) merges its splits.
+// Launches `kernel` on (splits, kv heads x head groups of `per_cta`, batch), then the split merge.
 template <class T, int D, class K>
 ffi::Error launch_split(K kernel, size_t smem, int per_cta, int grain, int ctas_per_sm, cudaStream_t stream,
                         DecodeParams p, int64_t batch) {
   const int groups = (p.group + per_cta - 1) / per_cta;
-  const int64_t units = batch * p.kv_heads * groups;
-  p.splits = units > kTicketSlots ? 1 : splits_for(units, ctas_per_sm, std::min(p.splits, kMaxSplits), p.max_len, grain);
+  p.splits = splits_for(batch * p.kv_heads * groups, ctas_per_sm, std::min(p.splits, kMaxSplits), p.max_len, grain);
   p.partial_stats = p.splits > 1 ? p.partials + batch * p.q_heads * int64_t{p.splits} * D : nullptr;
-  p.ticket_base = p.splits > 1 ? take_tickets(units) : 0u;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.kv_heads * groups),
                   static_cast<unsigned>(batch));
-  return launch_with_smem(kernel, grid, dim3(kThreads), 1, smem, stream, "decode_attention", p);
+  JN_RETURN_IF_ERROR(launch_with_smem(kernel, grid, dim3(kThreads), 1, smem, stream, "decode_attention", p));
+  if (p.splits == 1) return ffi::Error::Success();
+  return launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.q_heads)), dim3(kCombineThreads), 1, stream,
+                "decode_attention (merging splits)", p);
 }
 
 // Resident CTAs per SM of a kernel instantiation (asked once).

@@ -1,6 +1,6 @@
 // Pieces shared by the decode-attention kernels (decode_simt.cuh on CUDA cores, decode_mma.cuh
 // on tensor cores): parameters, the split of the positions, the ring's cp.async stage loads, the
-// write of the new token, the in-CTA merge of partial softmax states and the merge of the splits.
+// write of the new token, the in-CTA merge of partial softmax states and the split combine.
 //
 // The new token (k_new, v_new) is position `length` of its sequence: stages copy it from the
 // operand, not the cache, and the CTA whose split holds it writes it into the cache. No CTA reads
@@ -34,7 +34,6 @@ struct DecodeParams {
   // loads, then (max, sum) pairs (B, Hq, splits, 2) at `partial_stats`.
   float* partials;
   float* partial_stats;
-  unsigned int ticket_base;  // this launch's first counter in split_tickets (splits > 1)
   int64_t batch_stride, head_stride, pos_stride;
   int q_heads, kv_heads, group, max_len, splits;
   float scale_log2;  // softmax scale * log2(e): scores are taken in base 2
@@ -126,101 +125,12 @@ __device__ __forceinline__ void load_stage(T* buf, const Rows<T>& src, int64_t p
   }
 }
 
-constexpr int kMaxSplits = 64;  // jaxnorm.decode's workspace bound; the handler enforces it too
-
-// The splits of one (sequence, head group) are merged by whichever of their CTAs finishes last,
-// found by a counter: each CTA adds one after writing its state, and the one that makes it
-// `splits` merges and puts the counter back to zero. The counters live in this module's global
-// memory (zero when the module loads, zero again after every launch); each launch takes its own
-// range of them from a host-side ring (decode_attention.cu), so launches running together on
-// other streams do not share one. A second kernel for the merge cost 2.4-3.9 us a step.
-constexpr int kTicketSlots = 1 << 14;
-__device__ unsigned int split_tickets[kTicketSlots];
-
-// Loads in flight per thread while summing the splits' V states.
-constexpr int kMergeBatch = 16;
-
-// After merge_and_store wrote this CTA's split state (splits > 1): if it is the last split of
-// its (sequence, head group) to finish, merges all splits of its heads and writes the output.
-// Thread (head j, float4 column c) sums the splits in split order, so the result does not depend
-// on which CTA merges. `scratch` is free shared memory of kHeads * (kMaxSplits + 1) floats.
-template <class T, int D, int kHeads>
-__device__ __forceinline__ void merge_splits_if_last(const DecodeParams& p, const Work& w, bool valid,
-                                                     float* scratch) {
-  __shared__ bool last;
-  __threadfence();  // this CTA's state is visible device-wide before its ticket is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned int* ticket = &split_tickets[(p.ticket_base + blockIdx.z * gridDim.y + blockIdx.y) % kTicketSlots];
-    last = atomicAdd(ticket, 1u) == static_cast<unsigned>(p.splits - 1);
-    if (last) atomicExch(ticket, 0u);
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-
-  // Each head's split weights 2^(max_s - max) and its total: a warp a head, two splits a lane.
-  float* wgt = scratch;                      // [kHeads][kMaxSplits]
-  float* total = scratch + kHeads * kMaxSplits;  // [kHeads]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row0 = int64_t{w.b} * p.q_heads + w.h0;
-  for (int j = warp; j < w.heads; j += kThreads / 32) {
-    const float* st = p.partial_stats + (row0 + j) * p.splits * 2;
-    const int s0 = lane, s1 = lane + 32;
-    const float m0 = s0 < p.splits ? __ldcg(st + 2 * s0) : -INFINITY, l0 = s0 < p.splits ? __ldcg(st + 2 * s0 + 1) : 0.f;
-    const float m1 = s1 < p.splits ? __ldcg(st + 2 * s1) : -INFINITY, l1 = s1 < p.splits ? __ldcg(st + 2 * s1 + 1) : 0.f;
-    float mx = fmaxf(m0, m1);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    const float base = mx == -INFINITY ? 0.f : mx;  // no state at all: weights 0, output 0
-    const float w0 = exp2f(m0 - base), w1 = exp2f(m1 - base);
-    if (s0 < p.splits) wgt[j * kMaxSplits + s0] = w0;
-    if (s1 < p.splits) wgt[j * kMaxSplits + s1] = w1;
-    float sum = fmaf(l1, w1, l0 * w0);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) total[j] = sum;
-  }
-  __syncthreads();
-
-  constexpr int kVecs = D / 4;
-  for (int u = threadIdx.x; u < w.heads * kVecs; u += kThreads) {
-    const int j = u / kVecs, c = u % kVecs;
-    const float4* part = reinterpret_cast<const float4*>(p.partials + (row0 + j) * p.splits * D) + c;
-    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < p.splits; s0 += kMergeBatch) {
-      float4 v[kMergeBatch];
-#pragma unroll
-      for (int i = 0; i < kMergeBatch; ++i) {
-        if (s0 + i < p.splits) v[i] = __ldcg(part + int64_t{s0 + i} * kVecs);
-      }
-#pragma unroll
-      for (int i = 0; i < kMergeBatch; ++i) {
-        if (s0 + i < p.splits) {
-          const float g = wgt[j * kMaxSplits + s0 + i];
-          a.x = fmaf(v[i].x, g, a.x);
-          a.y = fmaf(v[i].y, g, a.y);
-          a.z = fmaf(v[i].z, g, a.z);
-          a.w = fmaf(v[i].w, g, a.w);
-        }
-      }
-    }
-    const float inv = total[j] > 0.f ? 1.f / total[j] : 0.f;
-    T* out = static_cast<T*>(p.out) + (row0 + j) * D + 4 * c;
-    out[0] = from_float<T>(valid ? a.x * inv : NAN);
-    out[1] = from_float<T>(valid ? a.y * inv : NAN);
-    out[2] = from_float<T>(valid ? a.z * inv : NAN);
-    out[3] = from_float<T>(valid ? a.w * inv : NAN);
-  }
-}
-
 // Merges the CTA's kSlots partial states per head (max, sum in sm_max/sm_sum [kSlots][kHeads],
 // weighted V in sm_acc [kSlots][kHeads][D]) in slot order, and writes the output (one split) or
-// the split's partial state, and then the output if this CTA is its heads' last split.
+// the split's partial state.
 template <class T, int D, int kSlots, int kHeads>
 __device__ __forceinline__ void merge_and_store(const DecodeParams& p, const Work& w, bool valid, const float* sm_max,
-                                                const float* sm_sum, float* sm_acc) {
-  static_assert(kSlots * D >= kMaxSplits + 1, "the split merge reuses sm_acc");
+                                                const float* sm_sum, const float* sm_acc) {
   for (int i = threadIdx.x; i < w.heads * D; i += kThreads) {
     const int j = i / D, d = i % D;
     float mx = -INFINITY;
@@ -248,7 +158,75 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, const Wor
       }
     }
   }
-  if (p.splits > 1) merge_splits_if_last<T, D, kHeads>(p, w, valid, sm_acc);
+}
+
+constexpr int kMaxSplits = 64;  // jaxnorm.decode's workspace bound; the handler enforces it too
+constexpr int kCombineThreads = 256;
+
+// Merges the splits of one (sequence, query head). Every load is issued before any is needed:
+// warp 0 takes the (max, sum) of all splits at once (two a lane) and leaves each split's weight
+// 2^(max_s - max) in shared memory; then thread group j of the CTA sums splits j, j + kGroups, ...
+// of four output elements (float4 loads, fully unrolled), and the groups' sums are added in group
+// order. The order is fixed, so the result does not depend on timing.
+template <class T, int D>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(DecodeParams p) {
+  constexpr int kVecs = D / 4, kGroups = kCombineThreads / kVecs, kPerGroup = kMaxSplits / kGroups;
+  __shared__ float wgt[kMaxSplits];
+  __shared__ float4 acc[kGroups][kVecs];
+  __shared__ float total;
+  const int64_t row = blockIdx.x;
+  const int tid = threadIdx.x;
+  if (tid < 32) {
+    const float* st = p.partial_stats + row * p.splits * 2;
+    const int s0 = tid, s1 = tid + 32;
+    const float m0 = s0 < p.splits ? st[2 * s0] : -INFINITY, l0 = s0 < p.splits ? st[2 * s0 + 1] : 0.f;
+    const float m1 = s1 < p.splits ? st[2 * s1] : -INFINITY, l1 = s1 < p.splits ? st[2 * s1 + 1] : 0.f;
+    float mx = fmaxf(m0, m1);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float base = mx == -INFINITY ? 0.f : mx;  // no state at all: weights 0, output 0
+    const float w0 = exp2f(m0 - base), w1 = exp2f(m1 - base);
+    if (s0 < p.splits) wgt[s0] = w0;
+    if (s1 < p.splits) wgt[s1] = w1;
+    float sum = fmaf(l1, w1, l0 * w0);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (tid == 0) total = sum;
+  }
+  __syncthreads();
+  const int j = tid / kVecs, c = tid % kVecs;
+  const float4* part = reinterpret_cast<const float4*>(p.partials + row * p.splits * D) + c;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int i = 0; i < kPerGroup; ++i) {
+    const int s = j + i * kGroups;
+    if (s < p.splits) {
+      const float4 v = part[int64_t{s} * kVecs];
+      const float w = wgt[s];
+      a.x = fmaf(v.x, w, a.x);
+      a.y = fmaf(v.y, w, a.y);
+      a.z = fmaf(v.z, w, a.z);
+      a.w = fmaf(v.w, w, a.w);
+    }
+  }
+  acc[j][c] = a;
+  __syncthreads();
+  if (tid >= kVecs) return;
+  float4 r = acc[0][c];
+#pragma unroll
+  for (int g = 1; g < kGroups; ++g) {
+    r.x += acc[g][c].x;
+    r.y += acc[g][c].y;
+    r.z += acc[g][c].z;
+    r.w += acc[g][c].w;
+  }
+  const bool valid = length_valid(p, p.lengths[row / p.q_heads]);
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  T* out = static_cast<T*>(p.out) + row * D + 4 * c;
+  out[0] = from_float<T>(valid ? r.x * inv : NAN);
+  out[1] = from_float<T>(valid ? r.y * inv : NAN);
+  out[2] = from_float<T>(valid ? r.z * inv : NAN);
+  out[3] = from_float<T>(valid ? r.w * inv : NAN);
 }
 
 }  // namespace decode
