@@ -158,6 +158,57 @@ __device__ __forceinline__ unsigned long long composite(uint32_t key, uint32_t l
 
 __device__ __forceinline__ float key_value(uint32_t key) { return __uint_as_float(key_bits(key)); }
 
+// A lower bound, as a value bin, on the bin of the row's k-th largest token, from this CTA's
+// delegates: each thread's largest token (`mine`, its bin; `has`: the thread holds one). If k
+// threads have their largest in bins >= B, k distinct tokens of the row are there, so its k-th
+// largest is too. 0 (no bound) when k exceeds the CTA's delegates. Each CTA's bound holds for
+// the whole row, so the peers need not agree on one. Uses warp_mass (free outside a weighed
+// histogram) as the delegates' histogram.
+template <int kThreads>
+__device__ uint32_t delegate_floor(SelectShared<kThreads>& sh, uint32_t mine, bool has, int k) {
+  if (k > kThreads) return 0;
+  uint32_t* cnt = reinterpret_cast<uint32_t*>(&sh.warp_mass[0][0]);
+  for (int i = threadIdx.x; i < kBins; i += kThreads) cnt[i] = 0;
+  __syncthreads();
+  if (has) atomicAdd(&cnt[mine], 1u);
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    uint32_t v[8], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum += v[j] = cnt[kBins - 1 - 8 * lane - j];
+    uint32_t incl = sum;
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t t = __shfl_up_sync(~0u, incl, o);
+      if (lane >= o) incl += t;
+    }
+    const uint32_t target = static_cast<uint32_t>(k);
+    const unsigned cross = __ballot_sync(~0u, incl - sum < target && incl >= target);
+    if (lane == 0) sh.floor_bin = 0;
+    __syncwarp();
+    if (cross && lane == __ffs(cross) - 1) {
+      uint32_t a = incl - sum;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        a += v[j];
+        if (a >= target) {
+          sh.floor_bin = kBins - 1 - 8 * lane - j;
+          break;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  return sh.floor_bin;
+}
+
+// Tokens whose s lies below this are in value bins below `bin` (value_bin: s < -(257 - bin) / 8
+// gives -8s > 257 - bin, a bin of at most bin - 2, or bin 0 where -8s passes 255), so a pass
+// that wants bins >= bin can skip them on s alone. -inf (skip nothing) for bin 0.
+__device__ __forceinline__ float s_below_bin(uint32_t bin) {
+  return bin == 0 ? -INFINITY : -static_cast<float>(kBins + 1 - bin) * 0.125f;
+}
+
 // What the gather of a row collected in CTA 0 (the same in every CTA of the cluster).
 struct Gather {
   bool fits = false;             // else: the radix passes
@@ -174,24 +225,33 @@ struct Gather {
 // the same pass draws among the tokens above it (all kept) and publishes this CTA's best.
 // token(i, ...) gives token i's s, value bin and key; token4(g, ...) those of tokens 4g .. 4g + 3
 // (a CTA's chunk starts at a multiple of 4).
-template <bool kDraw, int kThreads, class Token, class Token4>
+template <bool kDraw, int kThreads, class Token, class Token4, class SOf>
 __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n, int64_t c0,
                                     uint32_t last, unsigned long long* cand, int64_t cap, const RowParams& q,
-                                    Token token, Token4 token4) {
+                                    uint32_t floor_bin, Token token, Token4 token4, SOf s_of) {
   Gather g;
   const bool weigh = q.use_p && !q.use_k;
-  auto visit = [&](int i, uint32_t& d, unsigned long long& w) {
-    float s;
-    uint32_t key;
-    token(i, s, d, key);
-    if (weigh) w = mass_of(s);
-    return true;
-  };
   if (weigh) {
-    cluster_histogram<true>(cl, sh, phase, n, visit);
+    cluster_histogram<true>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long& w) {
+      float s;
+      uint32_t key;
+      token(i, s, d, key);
+      w = mass_of(s);
+      return true;
+    });
     find_crossing<true>(sh, 0, q.p);
   } else {
-    cluster_histogram<false>(cl, sh, phase, n, visit);
+    // Top-k counts only the bins from floor_bin (delegate_floor) up, where the boundary bin is:
+    // the count above it stays exact, and most tokens leave after one subtract, multiply and
+    // compare instead of a shared atomic on a crowded bin.
+    const float s_floor = s_below_bin(floor_bin);
+    cluster_histogram<false>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
+      if (s_of(i) < s_floor) return false;
+      float s;
+      uint32_t key;
+      token(i, s, d, key);
+      return d >= floor_bin;
+    });
     find_crossing<false>(sh, q.k, -1.0);
   }
   const uint32_t bin = sh.dec_bin;
@@ -215,7 +275,9 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
   }
   if (g.all || !kDraw) {
     const bool all = g.all;
+    const float s_skip = all ? s_below_bin(bin) : -INFINITY;
     gather_to_rank0(cl, sh, cand, n, kCand, [&](int i, unsigned long long& c) {
+      if (s_of(i) < s_skip) return false;
       float s;
       uint32_t b, key;
       token(i, s, b, key);

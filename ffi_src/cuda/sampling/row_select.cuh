@@ -253,8 +253,18 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
       bool drawn = false;  // CTA 0 drew the row's token from its candidates
       Gather g;
       if (m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
+        // Each thread's largest token (lmax: the copy's own maximum) as a delegate for top-k.
+        uint32_t floor_bin = 0;
+        if (q.use_k && !inf_row && !a.no_floor) {
+          const bool has = lmax != -INFINITY;
+          floor_bin = delegate_floor(sh, has ? value_bin((lmax - m) * q.inv_t) : 0u, has, q.k);
+        }
+        // Token i's s as token() computes it, without sampling_value: a NaN logit gives NaN, which
+        // no skip test passes; in a +inf row the +inf tokens give +inf and the rest have s = -inf
+        // (bin 0) anyway, so skipping on this s is exact there too.
+        auto s_of = [&](int i) { return (logit(i) - m) * q.inv_t; };
         g = gather_candidates<kMode == kSample>(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand,
-                                                a.gather_cap, q, token, token4);
+                                                a.gather_cap, q, floor_bin, token, token4, s_of);
       }
       if (g.fits) {
         constexpr bool kDraw = kMode == kSample;

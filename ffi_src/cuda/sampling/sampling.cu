@@ -134,6 +134,8 @@ int cluster_for_batch(const SelectArgs<T>& a, int64_t extra_smem) {
 template <class T, int kMode, bool kBias = false>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
+  static const bool no_floor = std::getenv("JAXNORM_AB_NOFLOOR") != nullptr;
+  a.no_floor = no_floor;
   using Few = Launch<T, kMode, kBias, kThreadsFew>;
   using Many = Launch<T, kMode, kBias, kThreadsMany>;
   const Plan p = plan_rows<T>(&a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(a, extra_smem));

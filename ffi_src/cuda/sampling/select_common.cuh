@@ -52,6 +52,7 @@ struct SelectArgs {
   int64_t n_fin;
   const int32_t* end_id;   // (n_end), with finished
   int64_t n_end;
+  bool no_floor;       // A/B knob (temporary): no delegate floor
   bool topk_window;    // kTopK: first pass over key bins in a window below the row's largest key
   int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
@@ -77,6 +78,7 @@ struct SelectShared {
   unsigned long long wsum[kWarps];      // block sums and scans
   int wmax[kWarps];
   unsigned long long gather_n;
+  uint32_t floor_bin;                   // delegate_floor's bound
   uint32_t pub[4];                      // CTA 0's resolved thresholds (bin, key of top-k, top-p)
   float above_s;                        // this CTA's best draw among the tokens above the gathered bin
   int above_i;
