@@ -51,6 +51,22 @@ def test_filter_matches_reference(dtype, vocab, kw, rng):
     assert same_filtered(got, want)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kw", [dict(top_k=5), dict(top_k=9, top_p=0.6), dict(top_k=20, top_p=0.9, min_p=0.01),
+                                dict(top_k=1), dict(top_k=256)], ids=str)
+def test_filter_many_rows_with_top_k(dtype, kw, rng):
+    # 64 rows or more: on the GPU top-k first bounds its boundary bin by each thread's largest
+    # token and skips the tokens below it; the filter must stay the reference's bit for bit,
+    # also for rows with ties, -inf and NaN.
+    x = np.asarray(logits_of(rng, (80, 4099), F32))
+    x[1, :] = 0.5
+    x[2, ::3] = -np.inf
+    x[3, ::5] = np.nan
+    x[4, 100:] = x[4, 0]
+    x = jnp.asarray(x, DTYPES[dtype])
+    assert same_filtered(jaxnorm.filter_logits(x, **kw), reference.filter_logits(x, **kw))
+
+
 @pytest.mark.wide(cpu=True)
 @pytest.mark.parametrize("vocab", [32000, 128256, 151936])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -8,7 +8,9 @@
 // the thresholds exactly, from the same keys and fixed-point masses as the radix passes below,
 // and draws the token: among its candidates, and, when only the bin was gathered, among the
 // peers' draws over the tokens above it, made in the same pass. Rows whose gather would overflow
-// CTA 0's buffer (flat rows, wide top-k) take the radix passes.
+// CTA 0's buffer (flat rows, wide top-k) take the radix passes. With top-k, each CTA first bounds
+// the boundary bin from below by its threads' largest tokens (delegate_floor), and both passes
+// skip the tokens below that bound after a subtract, a multiply and a compare.
 //
 // Thresholds are otherwise found by radix select: each CTA histograms its chunk in shared memory, the
 // cluster sums the histograms through distributed shared memory (each CTA reads every peer's, so
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
       if (m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
         // Each thread's largest token (lmax: the copy's own maximum) as a delegate for top-k.
         uint32_t floor_bin = 0;
-        if (q.use_k && !inf_row && !a.no_floor) {
+        if (q.use_k && !inf_row && a.delegate_floor) {
           const bool has = lmax != -INFINITY;
           floor_bin = delegate_floor(sh, has ? value_bin((lmax - m) * q.inv_t) : 0u, has, q.k);
         }

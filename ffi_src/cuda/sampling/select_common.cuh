@@ -52,7 +52,7 @@ struct SelectArgs {
   int64_t n_fin;
   const int32_t* end_id;   // (n_end), with finished
   int64_t n_end;
-  bool no_floor;       // A/B knob (temporary): no delegate floor
+  bool delegate_floor; // samplers with top-k: bound the boundary bin by delegate_floor first
   bool topk_window;    // kTopK: first pass over key bins in a window below the row's largest key
   int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
