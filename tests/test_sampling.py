@@ -58,7 +58,7 @@ def test_filter_many_rows_with_top_k(dtype, kw, rng):
     # 64 rows or more: on the GPU top-k first bounds its boundary bin by each thread's largest
     # token and skips the tokens below it; the filter must stay the reference's bit for bit,
     # also for rows with ties, -inf and NaN.
-    x = np.asarray(logits_of(rng, (80, 4099), F32))
+    x = np.array(logits_of(rng, (80, 4099), F32))
     x[1, :] = 0.5
     x[2, ::3] = -np.inf
     x[3, ::5] = np.nan
