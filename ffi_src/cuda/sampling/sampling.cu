@@ -138,8 +138,7 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   // top-k 50 and top-k 50 with top-p 0.9, 1-256 x 32000 and 128256: 5-10% faster at 64-256 rows
   // (both dtypes, both vocabularies), 1-2% slower at batch 1 and at 8 x 32000 (its two barriers
   // on a row's critical path), +2% at 8 x 128256.
-  static const bool no_floor = std::getenv("JAXNORM_AB_NOFLOOR") != nullptr;  // A/B, temporary
-  a.delegate_floor = a.rows >= 64 && !no_floor;
+  a.delegate_floor = a.rows >= 64;
   using Few = Launch<T, kMode, kBias, kThreadsFew>;
   using Many = Launch<T, kMode, kBias, kThreadsMany>;
   const Plan p = plan_rows<T>(&a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(a, extra_smem));
