@@ -246,7 +246,7 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
     // compare instead of a shared atomic on a crowded bin.
     const float s_floor = s_below_bin(floor_bin);
     cluster_histogram<false>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
-      if (floor_bin > 0 && s_of(i) < s_floor) return false;
+      if (s_of(i) < s_floor) return false;
       float s;
       uint32_t key;
       token(i, s, d, key);
@@ -275,10 +275,9 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
   }
   if (g.all || !kDraw) {
     const bool all = g.all;
-    const bool skip = all && bin > 0;
-    const float s_skip = s_below_bin(bin);
+    const float s_skip = all ? s_below_bin(bin) : -INFINITY;
     gather_to_rank0(cl, sh, cand, n, kCand, [&](int i, unsigned long long& c) {
-      if (skip && s_of(i) < s_skip) return false;
+      if (s_of(i) < s_skip) return false;
       float s;
       uint32_t b, key;
       token(i, s, b, key);
