@@ -17,10 +17,12 @@ ffi::Error AddNormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
     using T = typename decltype(xt)::type;
     using R = typename decltype(rt)::type;
     using H = typename decltype(ht)::type;
-    const AddNormFwdOp<T, R, H> op{
-        norm_fwd_op<T>(x, y, mean, rstd, scale, bias, s, eps, centered, has_scale, has_bias),
-        static_cast<const R*>(residual.untyped_data()), static_cast<H*>(h->untyped_data())};
-    return run_norm_fwd(op, s, aligned16(op.residual) && aligned16(op.h), stream, "add_norm forward");
+    return with_centered(centered, [&](auto c) {
+      const AddNormFwdOp<T, R, H, c.value> op{
+          norm_fwd_op<T, c.value>(x, y, mean, rstd, scale, bias, s, eps, has_scale, has_bias),
+          static_cast<const R*>(residual.untyped_data()), static_cast<H*>(h->untyped_data())};
+      return run_norm_fwd(op, s, aligned16(op.residual) && aligned16(op.h), stream, "add_norm forward");
+    });
   });
 }
 

@@ -13,8 +13,10 @@ ffi::Error NormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sca
   if (s.rows == 0 || s.cols == 0) return ffi::Error::Success();
   return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const NormFwdOp<T> op = norm_fwd_op<T>(x, y, mean, rstd, scale, bias, s, eps, centered, has_scale, has_bias);
-    return run_norm_fwd(op, s, true, stream, "norm forward");
+    return with_centered(centered, [&](auto c) {
+      const auto op = norm_fwd_op<T, c.value>(x, y, mean, rstd, scale, bias, s, eps, has_scale, has_bias);
+      return run_norm_fwd(op, s, true, stream, "norm forward");
+    });
   });
 }
 

@@ -1,16 +1,25 @@
 // The norm forward's op and launch, shared by the norm and residual-add norm handlers.
 #pragma once
 
+#include <type_traits>
+
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
 
 namespace jaxnorm {
 
-template <class T>
-NormFwdOp<T> norm_fwd_op(const ffi::AnyBuffer& x, ffi::Result<ffi::AnyBuffer>& y, ffi::Result<ffi::AnyBuffer>& mean,
-                         ffi::Result<ffi::AnyBuffer>& rstd, const ffi::AnyBuffer& scale, const ffi::AnyBuffer& bias,
-                         Rows s, float eps, bool centered, bool has_scale, bool has_bias) {
+// Calls f(std::bool_constant<centered>): LayerNorm and RMSNorm are separate kernels.
+template <class F>
+ffi::Error with_centered(bool centered, F&& f) {
+  return centered ? f(std::true_type{}) : f(std::false_type{});
+}
+
+template <class T, bool kCentered>
+NormFwdOp<T, kCentered> norm_fwd_op(const ffi::AnyBuffer& x, ffi::Result<ffi::AnyBuffer>& y,
+                                    ffi::Result<ffi::AnyBuffer>& mean, ffi::Result<ffi::AnyBuffer>& rstd,
+                                    const ffi::AnyBuffer& scale, const ffi::AnyBuffer& bias, Rows s, float eps,
+                                    bool has_scale, bool has_bias) {
   return {static_cast<const T*>(x.untyped_data()),
           static_cast<T*>(y->untyped_data()),
           static_cast<float*>(mean->untyped_data()),
@@ -19,7 +28,6 @@ NormFwdOp<T> norm_fwd_op(const ffi::AnyBuffer& x, ffi::Result<ffi::AnyBuffer>& y
           has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
           s.cols,
           eps,
-          centered,
           has_scale,
           has_bias};
 }

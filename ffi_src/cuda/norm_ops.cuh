@@ -5,6 +5,8 @@
 // stores dx.
 #pragma once
 
+#include <type_traits>
+
 #include "common/norm_math.h"
 #include "common/stats.h"
 #include "cuda/device_types.cuh"
@@ -24,11 +26,16 @@ __device__ __forceinline__ void load_param(const float* p, bool present, float a
   }
 }
 
-template <class T>
+// kCentered: LayerNorm, whose statistics are Welford's (count, mean, M2); else RMSNorm, whose
+// statistic is the sum of squares alone (the count is the row's width), merged by adds. RMSNorm
+// through the LayerNorm path paid for a sum pass, a subtraction of its zero mean an element in
+// each of two passes and a merge of ~26 instructions at each of 10 levels: 27 instructions an
+// element at 32768 bf16 columns against QuACK's 10 (results/h100-rows.md).
+template <class T, bool kCentered>
 struct NormFwdOp {
   using Type = T;
-  using Stats = Welford;
-  using Merge = WelfordMerge;
+  using Stats = std::conditional_t<kCentered, Welford, float>;
+  using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
   static constexpr TileBudget kBudget = kForwardBudget;
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
 
@@ -40,9 +47,12 @@ struct NormFwdOp {
   const float* beta;
   int64_t cols;
   float eps;
-  bool centered, has_scale, has_bias;
+  bool has_scale, has_bias;
 
-  __device__ static Stats identity() { return welford_identity(); }
+  __device__ static Stats identity() {
+    if constexpr (kCentered) return welford_identity();
+    else return 0.f;
+  }
 
   __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
     prefetch_l2_rows(x, row0, nrows, cols, part, parts);
@@ -58,11 +68,29 @@ struct NormFwdOp {
   }
 
   __device__ void push(Stats& s, float v) const {
-    if (centered) {
-      welford_push(s, v);
+    if constexpr (kCentered) welford_push(s, v);
+    else s = fmaf(v, v, s);
+  }
+
+  // The thread's statistics: RMSNorm's sum of squares in one pass, LayerNorm's below.
+  template <class Held, int P>
+  __device__ Stats thread_stats(const Held (&v)[P], const bool (&ok)[P]) const {
+    constexpr int N = kVecOf<T>;
+    if constexpr (!kCentered) {
+      float m2 = 0.f;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        if (ok[p]) {
+#pragma unroll
+          for (int i = 0; i < N; ++i) {
+            const float e = element(v[p], i);
+            m2 = fmaf(e, e, m2);
+          }
+        }
+      }
+      return m2;
     } else {
-      s.count += 1.f;
-      s.m2 += v * v;
+      return centered_stats(v, ok);
     }
   }
 
@@ -70,7 +98,7 @@ struct NormFwdOp {
   // no division per element, no cancellation). A held 16-bit row is converted in each pass, by
   // different instructions, so no pass's floats are kept live for the next.
   template <class Held, int P>
-  __device__ Stats thread_stats(const Held (&v)[P], const bool (&ok)[P]) const {
+  __device__ Welford centered_stats(const Held (&v)[P], const bool (&ok)[P]) const {
     constexpr int N = kVecOf<T>;
     float n = 0.f, sum = 0.f;
 #pragma unroll
@@ -81,7 +109,7 @@ struct NormFwdOp {
         for (int i = 0; i < N; ++i) sum += element(v[p], i);
       }
     }
-    const float mean = (centered && n > 0.f) ? sum / n : 0.f;
+    const float mean = n > 0.f ? sum / n : 0.f;
     float m2 = 0.f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
@@ -101,7 +129,9 @@ struct NormFwdOp {
   };
 
   __device__ Row finalize(Stats s, Stats, int64_t row, bool writer) const {
-    const Row r{centered ? s.mean : 0.f, norm_rstd(s.m2 / s.count, eps)};
+    Row r;
+    if constexpr (kCentered) r = {s.mean, norm_rstd(s.m2 / s.count, eps)};
+    else r = {0.f, norm_rstd(s / static_cast<float>(cols), eps)};
     if (writer) {
       mean_out[row] = r.mean;
       rstd_out[row] = r.rstd;
@@ -115,7 +145,10 @@ struct NormFwdOp {
     load_param<N>(gamma, has_scale, 1.f, col, g);
     load_param<N>(beta, has_bias, 0.f, col, b);
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, g[i], b[i]);
+    for (int i = 0; i < N; ++i) {
+      if constexpr (kCentered) out[i] = norm_apply(v[i], r.mean, r.rstd, g[i], b[i]);
+      else out[i] = v[i] * r.rstd * g[i] + b[i];  // norm_apply with the mean 0, its x - 0 left out
+    }
     store_pack<T, N>(y + row * cols + col, out);
   }
 };
@@ -124,9 +157,9 @@ struct NormFwdOp {
 // h's dtype H (what `x + r` gives in jnp), then written by store() beside y. The stores come
 // after all of a thread's loads: a store of h between the loads of two packs would serialize
 // them (the compiler cannot move a load of x or r across a store that may alias it).
-template <class T, class R, class H>
-struct AddNormFwdOp : NormFwdOp<T> {
-  using Base = NormFwdOp<T>;
+template <class T, class R, class H, bool kCentered>
+struct AddNormFwdOp : NormFwdOp<T, kCentered> {
+  using Base = NormFwdOp<T, kCentered>;
   static constexpr bool kCanHoldRaw = false;  // the row held is h, not x as loaded
 
   const R* residual;

@@ -25,8 +25,34 @@ namespace jaxnorm {
 struct WelfordMerge {
   __device__ Welford operator()(Welford a, Welford b) const { return welford_merge(a, b); }
 };
+// Knob for A/B runs: -DJAXNORM_MAXSUM_TWO_PHASE=0 all-reduces (max, sum) pairs by merges at every
+// butterfly level.
+#ifndef JAXNORM_MAXSUM_TWO_PHASE
+#define JAXNORM_MAXSUM_TWO_PHASE 1
+#endif
 struct MaxSumMerge {
   __device__ MaxSum operator()(MaxSum a, MaxSum b) const { return maxsum_merge(a, b); }
+
+  // A group's max by one butterfly, then its sum by another, each lane's sum rescaled to the max
+  // once: one exp a lane where a merge at every level takes two, and five instructions a level
+  // instead of ~19 (QuACK's online-softmax reduction; merges were a quarter of the bf16 softmax
+  // forward's instructions at 32768 columns, results/h100-rows.md). fmaxf skips a NaN max (the
+  // loop kernel's), whose lane's sum is NaN too, and so is the row's. Symmetric, so every lane
+  // ends with the same bits.
+  static constexpr bool kGroupAllReduce = JAXNORM_MAXSUM_TWO_PHASE != 0;
+  template <int kWidth>
+  __device__ MaxSum group(MaxSum v) const {
+    float m = v.max;
+#pragma unroll
+    for (int mask = kWidth / 2; mask > 0; mask /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask, kWidth));
+    float s = maxsum_rescale(v.sum, v.max, m);
+#pragma unroll
+    for (int mask = kWidth / 2; mask > 0; mask /= 2) s += __shfl_xor_sync(0xffffffffu, s, mask, kWidth);
+    return {m, s};
+  }
+};
+struct SumMerge {
+  __device__ float operator()(float a, float b) const { return a + b; }
 };
 struct Sum2Merge {
   __device__ Sum2 operator()(Sum2 a, Sum2 b) const { return sum2_merge(a, b); }
