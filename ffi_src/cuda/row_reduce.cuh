@@ -6,7 +6,6 @@
 
 #include <cooperative_groups.h>
 
-#include <cstdint>
 #include <type_traits>
 
 #include "cuda/device_facts.h"
@@ -56,14 +55,6 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
 #ifndef JAXNORM_CLUSTER_MBARRIER
 #define JAXNORM_CLUSTER_MBARRIER 1
 #endif
-// The pushes are st.async stores that count their bytes on the peer's mbarrier (as QuACK's
-// cluster reductions do), so the wait needs only CTA-scope acquire. The release/acquire pair at
-// cluster scope of an arrive-per-push costs an L1 invalidation (CCTL.IVALL) after every wait,
-// which held 12-18% of the bf16 32768-column forwards' stall samples (results/h100-rows.md).
-// Knob for A/B runs: -DJAXNORM_CLUSTER_STASYNC=0 pushes by stores and remote arrives.
-#ifndef JAXNORM_CLUSTER_STASYNC
-#define JAXNORM_CLUSTER_STASYNC 1
-#endif
 
 // Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel. Two
 // copies, used by alternate rows, so one barrier per row suffices: a copy is rewritten (by a
@@ -87,11 +78,9 @@ template <int kCluster, class Smem>
 __device__ __forceinline__ void row_reduce_init(Smem& smem) {
   if constexpr (kCluster > 1 && JAXNORM_CLUSTER_MBARRIER != 0) {
     if (threadIdx.x == 0) {
-      // st.async: one local arrival (with the bytes expected) a row; else one arrival a peer.
-      constexpr int kArrivals = JAXNORM_CLUSTER_STASYNC != 0 ? 1 : kCluster;
 #pragma unroll
       for (int b = 0; b < 2; ++b)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(kArrivals));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(kCluster));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     cg::this_cluster().sync();
@@ -117,45 +106,6 @@ __device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned pha
       "}\n" ::"r"(smem_addr(bar)),
       "r"(phase)
       : "memory");
-}
-
-// The same at CTA scope: enough for bytes that st.async counted on the mbarrier.
-__device__ __forceinline__ void wait_phase_cta(unsigned long long* bar, unsigned phase) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(phase)
-      : "memory");
-}
-
-// This CTA's arrival on a local mbarrier, expecting `bytes` more of st.async this phase.
-__device__ __forceinline__ void arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
-// Store `v` at `local`'s place in the shared memory of cluster CTA `rank`, its bytes counted on
-// that CTA's mbarrier at `bar`'s place.
-template <class S>
-__device__ __forceinline__ void st_async_remote(S* local, unsigned long long* bar, unsigned rank, S v) {
-  static_assert(sizeof(S) % 4 == 0, "statistics must be made of 32-bit words");
-  unsigned addr, rbar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(addr) : "r"(smem_addr(local)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(rank));
-  union {
-    S s;
-    uint32_t w[sizeof(S) / 4];
-  } u;
-  u.s = v;
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i)
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr + 4 * i),
-                 "r"(u.w[i]), "r"(rbar)
-                 : "memory");
 }
 
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else whole warps) and,
@@ -188,11 +138,7 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     // at 262144 columns: 0.90 -> 1.25x XLA, results/NOTES.md v6). Waiting on the mbarrier for
     // the peers' values instead of a cluster barrier: forward+backward +1-7% at 32K-131K (v8).
     static_assert(kThreads > 32, "a cluster row spans whole warps (the reuse argument needs the CTA barrier)");
-    if constexpr (JAXNORM_CLUSTER_MBARRIER != 0 && JAXNORM_CLUSTER_STASYNC != 0) {
-      if (threadIdx.x == 0) arrive_expect_tx(&smem.arrived[parity], kCluster * sizeof(S));
-      if (threadIdx.x < kCluster) st_async_remote(&smem.cta[parity][rank], &smem.arrived[parity], threadIdx.x, v);
-      wait_phase_cta(&smem.arrived[parity], (iter >> 1) & 1);
-    } else if constexpr (JAXNORM_CLUSTER_MBARRIER != 0) {
+    if constexpr (JAXNORM_CLUSTER_MBARRIER != 0) {
       if (threadIdx.x < kCluster) {
         *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
         arrive_remote(&smem.arrived[parity], threadIdx.x);
