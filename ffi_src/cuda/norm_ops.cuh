@@ -1,5 +1,6 @@
-// LayerNorm / RMSNorm as ops of the shared row kernels (row_tiles.cuh). RMSNorm is the same
-// Welford statistics with the mean pinned at zero, so both share every kernel. The residual-add
+// LayerNorm / RMSNorm as ops of the shared row kernels (row_tiles.cuh). The forward is one op
+// template with RMSNorm's statistic (the sum of squares) chosen at compile time; the backward
+// treats RMSNorm as LayerNorm with the mean pinned at zero (a runtime flag). The residual-add
 // variants (add_norm_*.cu) are these ops with other load/store hooks: the forward normalizes
 // h = x + r as it loads x and r, and writes h beside y; the backward reads h's cotangent as it
 // stores dx.
