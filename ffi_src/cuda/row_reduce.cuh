@@ -73,17 +73,19 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // Before the first row_allreduce of a cluster kernel: the mbarriers expect one arrival from each
-// CTA of the cluster, and are initialized before any peer can arrive on them.
+// CTA of the cluster and must be initialized before any peer arrives on them. The cluster barrier
+// that orders the two is split: every thread arrives here and waits at its first row's exchange
+// (row_allreduce), so the first row's loads are in flight meanwhile instead of behind a barrier.
 template <int kCluster, class Smem>
 __device__ __forceinline__ void row_reduce_init(Smem& smem) {
-  if constexpr (kCluster > 1 && JAXNORM_CLUSTER_MBARRIER != 0) {
-    if (threadIdx.x == 0) {
+  if constexpr (kCluster > 1) {
+    if (JAXNORM_CLUSTER_MBARRIER != 0 && threadIdx.x == 0) {
 #pragma unroll
       for (int b = 0; b < 2; ++b)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(kCluster));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    cg::this_cluster().sync();
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   }
 }
 
@@ -111,7 +113,9 @@ __device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned pha
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else whole warps) and,
 // when kCluster > 1, over the kCluster CTAs of the cluster. Every thread of the CTA (and cluster)
 // must call it, with the worker's row count so far (0, 1, 2, ...): it contains barriers. A kernel
-// using clusters must call row_reduce_init() first and end with cluster_exit_sync().
+// using clusters must call row_reduce_init() first. It needs no cluster barrier before exiting:
+// peers write a CTA's shared memory only before they arrive on its mbarrier (or the row's cluster
+// barrier), which the CTA waits for, so no access to it is left once its last row is reduced.
 template <int kThreads, int kCluster, class S, class Merge, int kWarps>
 __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int iter) {
   const int parity = iter & 1;
@@ -133,6 +137,7 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     static_assert(kCluster <= kMaxCluster, "cluster too large");
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned rank = cluster.block_rank();
+    if (iter == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // row_reduce_init's
     // Each CTA pushes its value into every CTA's slot before the wait, so the reads after it
     // are local: the remote latency overlaps the wait instead of following it (bf16 forward
     // at 262144 columns: 0.90 -> 1.25x XLA, results/NOTES.md v6). Waiting on the mbarrier for
@@ -151,12 +156,6 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     v = group_allreduce<kCluster>(smem.cta[parity][threadIdx.x % kCluster], merge);
   }
   return v;
-}
-
-// No CTA may exit while the others of its cluster may still read its shared memory.
-template <int kCluster>
-__device__ __forceinline__ void cluster_exit_sync() {
-  if constexpr (kCluster > 1) cg::this_cluster().sync();
 }
 
 }  // namespace jaxnorm

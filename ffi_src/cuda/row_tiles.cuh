@@ -113,7 +113,7 @@ constexpr bool holds_raw() {
 // measured slower: 1dc6ced in results/NOTES.md.) The widest tiles need 128 registers.
 template <int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
-  return kBlock >= 512 && kPacks <= 4 ? 2 : 1;
+  return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && kPacks == 8 && JAXNORM_FWD_CLUSTER_256 ? 3 : 1;
 }
 
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
@@ -158,7 +158,6 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) til
       }
     }
   }
-  cluster_exit_sync<kCluster>();
 }
 
 template <class Op, int kTPR, int kBlock>
@@ -319,7 +318,6 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
       }
     }
   }
-  cluster_exit_sync<kCluster>();
 
   if constexpr (Op::kColumnSums) {
     float* out = workspace + (static_cast<int64_t>(blockIdx.y) * ws_rows + worker) * 2 * cols;

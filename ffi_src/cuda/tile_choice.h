@@ -21,13 +21,21 @@ struct TileBudget {
   int min_block;
   int prefetch_threads;
   bool wide_first = false;
+  int cluster_block = 0;  // threads of a cluster tile's CTA and its packs (0: max_block, block_packs)
+  int cluster_packs = 0;
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
 // prefetch paid from 512-thread rows on (bf16 LayerNorm 65536: 61 -> 75% of copy) and cost up to
 // 11 points on softmax rows of one warp (results/NOTES.md v6); since v7 only the cluster tiles
 // keep a persistent grid, so only they have a next row to prefetch (row_runners.cuh).
-constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
+// Knob for an A/B run: -DJAXNORM_FWD_CLUSTER_256=1 gives forward cluster tiles QuACK's shape,
+// 256-thread CTAs of 8 packs a thread, three a SM, instead of 512 threads of 4.
+#ifndef JAXNORM_FWD_CLUSTER_256
+#define JAXNORM_FWD_CLUSTER_256 0
+#endif
+constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, JAXNORM_FWD_CLUSTER_256 ? 256 : 0,
+                                    JAXNORM_FWD_CLUSTER_256 ? 8 : 0};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
 // with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
@@ -87,6 +95,14 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
       c.tpr = max_block, c.block = max_block, c.packs = wide_packs, c.cluster = 1;
       return c;
     }
+    if (clusters && budget.cluster_block > 0) {
+      for (int k : {2, 4, 8, 16}) {
+        if (packs <= static_cast<int64_t>(budget.cluster_block) * budget.cluster_packs * k) {
+          c.tpr = budget.cluster_block, c.block = budget.cluster_block, c.packs = budget.cluster_packs, c.cluster = k;
+          return c;
+        }
+      }
+    }
     if (clusters) {
       for (int k : {2, 4, 8, 16}) {
         if (budget.wide_first && packs <= static_cast<int64_t>(max_block) * wide_packs * k) {
@@ -116,6 +132,8 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kTPR <= 32 || kBlock > max_block) return false;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
   if (kCluster == 1) return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && budget.wide_first);
+  if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs)
+    return true;
   if (kTPR != kBlock || kBlock != max_block) return false;
   return kPacks == block_packs || (wide && (kCluster == 16 || budget.wide_first));
 }
@@ -130,7 +148,7 @@ constexpr bool tile_possible(TileBudget budget) {
   X(64, 256, 2, 1) X(128, 256, 2, 1) X(64, 256, 4, 1) X(128, 256, 4, 1)                                \
   X(256, 256, 2, 2) X(256, 256, 2, 4) X(256, 256, 2, 8) X(256, 256, 2, 16)                             \
   X(256, 256, 4, 2) X(256, 256, 4, 4) X(256, 256, 4, 8) X(256, 256, 4, 16)                             \
-  X(256, 256, 8, 16)                                                                                   \
+  X(256, 256, 8, 2) X(256, 256, 8, 4) X(256, 256, 8, 8) X(256, 256, 8, 16)                             \
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
   X(512, 512, 8, 16)
