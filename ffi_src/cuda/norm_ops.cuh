@@ -37,7 +37,7 @@ struct NormFwdOp {
   using Type = T;
   using Stats = std::conditional_t<kCentered, Welford, float>;
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
-  static constexpr TileBudget kBudget = kForwardBudget;
+  static constexpr TileBudget kBudget = kNormForwardBudget;
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
 
   const T* x;
@@ -162,6 +162,7 @@ template <class T, class R, class H, bool kCentered>
 struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   using Base = NormFwdOp<T, kCentered>;
   static constexpr bool kCanHoldRaw = false;  // the row held is h, not x as loaded
+  static constexpr TileBudget kBudget = kForwardBudget;  // h is held as floats: 64 registers of 8 packs
 
   const R* residual;
   H* h;

@@ -34,14 +34,14 @@ inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<
 #ifndef JAXNORM_ONE_SHOT
 #define JAXNORM_ONE_SHOT 1
 #endif
-// -DJAXNORM_ONE_SHOT_CLUSTERS=1 makes cluster grids one-shot too (A/B knob: re-measured with the
-// cluster barrier split around the first row's loads and none at exit).
-#ifndef JAXNORM_ONE_SHOT_CLUSTERS
-#define JAXNORM_ONE_SHOT_CLUSTERS 0
+// Knob for A/B runs: -DJAXNORM_ONE_SHOT_MAX_CLUSTER=K makes grids of clusters up to K CTAs
+// one-shot too (1: none).
+#ifndef JAXNORM_ONE_SHOT_MAX_CLUSTER
+#define JAXNORM_ONE_SHOT_MAX_CLUSTER 4
 #endif
 template <int kCluster>
 constexpr bool one_shot_grid() {
-  return JAXNORM_ONE_SHOT != 0 && (kCluster == 1 || JAXNORM_ONE_SHOT_CLUSTERS != 0);
+  return JAXNORM_ONE_SHOT != 0 && kCluster <= JAXNORM_ONE_SHOT_MAX_CLUSTER;
 }
 constexpr int64_t kMaxGridX = 2147483647;
 

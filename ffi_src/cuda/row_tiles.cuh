@@ -110,14 +110,17 @@ constexpr bool holds_raw() {
 
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
 // the other's reduction. (Holding the next row's packs in registers instead, one CTA per SM,
-// measured slower: 1dc6ced in results/NOTES.md.) The widest tiles need 128 registers.
-template <int kBlock, int kPacks>
+// measured slower: 1dc6ced in results/NOTES.md.) 256-thread CTAs holding 32 registers of row
+// (kNormForwardBudget's cluster tiles) fit three times, QuACK's occupancy. The widest tiles need
+// 128 registers.
+template <class Op, int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
-  return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && kPacks == 8 && JAXNORM_FWD_CLUSTER_256 ? 3 : 1;
+  constexpr int held = kPacks * (holds_raw<Op>() ? 4 : kVecOf<typename Op::Type>);
+  return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-__global__ void __launch_bounds__(kBlock, min_ctas_per_sm<kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;

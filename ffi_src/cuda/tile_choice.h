@@ -29,13 +29,16 @@ struct TileBudget {
 // prefetch paid from 512-thread rows on (bf16 LayerNorm 65536: 61 -> 75% of copy) and cost up to
 // 11 points on softmax rows of one warp (results/NOTES.md v6); since v7 only the cluster tiles
 // keep a persistent grid, so only they have a next row to prefetch (row_runners.cuh).
-// Knob for an A/B run: -DJAXNORM_FWD_CLUSTER_256=1 gives forward cluster tiles QuACK's shape,
-// 256-thread CTAs of 8 packs a thread, three a SM, instead of 512 threads of 4.
-#ifndef JAXNORM_FWD_CLUSTER_256
-#define JAXNORM_FWD_CLUSTER_256 0
+constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
+// The norm forwards hold 32 registers of row a thread (16-bit rows as loaded, or 8 packs of
+// float32 as floats), so their cluster tiles take QuACK's shape: 256-thread CTAs of 8 packs, three
+// a SM (row_tiles.cuh). Knob for A/B runs: -DJAXNORM_NORM_FWD_CLUSTER_256=0 gives them the
+// 512-thread CTAs of 4 packs the other forwards use.
+#ifndef JAXNORM_NORM_FWD_CLUSTER_256
+#define JAXNORM_NORM_FWD_CLUSTER_256 1
 #endif
-constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, JAXNORM_FWD_CLUSTER_256 ? 256 : 0,
-                                    JAXNORM_FWD_CLUSTER_256 ? 8 : 0};
+constexpr TileBudget kNormForwardBudget{4, 512, 8, 64, 512, false, JAXNORM_NORM_FWD_CLUSTER_256 ? 256 : 0,
+                                        JAXNORM_NORM_FWD_CLUSTER_256 ? 8 : 0};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
 // with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
