@@ -26,22 +26,17 @@ inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<
 
 // A grid of one CTA per kBlock / kTPR rows lets the hardware balance the rows over the SMs,
 // where a persistent grid's static shares end unevenly: bf16 forwards up to 16384 columns ran
-// 2-22% faster against XLA in the same call (results/NOTES.md v7). Cluster tiles stay persistent
-// (one-shot clusters measured 3-22% slower at 32K-262K, and 2-27% again with the cheaper merges:
-// results/h100-rows.md), and so does the norm backward, whose
-// workers accumulate the scale/bias gradients across their rows. Knob for A/B runs:
-// -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
+// 2-22% faster against XLA in the same call (results/NOTES.md v7). Forward cluster tiles are
+// one-shot up to the op's budget.one_shot_cluster (tile_choice.h), larger ones persistent; so is
+// the backward, whose norm workers accumulate the scale/bias gradients across their rows (and
+// whose softmax clusters, of one 512-thread CTA a SM, lost 20-28% one-shot: h100-rows.md v11).
+// Knob for A/B runs: -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
 #ifndef JAXNORM_ONE_SHOT
 #define JAXNORM_ONE_SHOT 1
 #endif
-// Knob for A/B runs: -DJAXNORM_ONE_SHOT_MAX_CLUSTER=K makes grids of clusters up to K CTAs
-// one-shot too (1: none).
-#ifndef JAXNORM_ONE_SHOT_MAX_CLUSTER
-#define JAXNORM_ONE_SHOT_MAX_CLUSTER 4
-#endif
-template <int kCluster>
+template <int kCluster, int kMaxOneShotCluster = 1>
 constexpr bool one_shot_grid() {
-  return JAXNORM_ONE_SHOT != 0 && kCluster <= JAXNORM_ONE_SHOT_MAX_CLUSTER;
+  return JAXNORM_ONE_SHOT != 0 && kCluster <= kMaxOneShotCluster;
 }
 constexpr int64_t kMaxGridX = 2147483647;
 
@@ -58,8 +53,9 @@ struct FwdRunner {
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
-    const int64_t workers = one_shot_grid<kCluster>() ? std::min<int64_t>(needed, kMaxGridX / kCluster)
-                                                      : std::min<int64_t>(needed, resident);
+    const int64_t workers = one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>()
+                                ? std::min<int64_t>(needed, kMaxGridX / kCluster)
+                                : std::min<int64_t>(needed, resident);
     return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
   }
 

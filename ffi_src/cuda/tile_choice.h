@@ -13,7 +13,10 @@ namespace jaxnorm {
 // smallest CTA for rows of more than 32 threads (a narrower row shares the CTA with others), the
 // row span (threads, across a cluster) from which a worker's next rows are prefetched into L2,
 // and whether rows wider than one CTA of block_packs take the wide tile in half as many CTAs
-// (else it is the last resort, past clusters of 16).
+// (else it is the last resort, past clusters of 16). Forward cluster grids of up to
+// one_shot_cluster CTAs a cluster launch a cluster a row span (one-shot) rather than a persistent
+// grid (row_runners.cuh), and those clusters may have CTAs of cluster_block threads holding
+// cluster_packs packs (0: the max_block, block_packs tile).
 struct TileBudget {
   int block_packs;
   int max_block;
@@ -21,24 +24,25 @@ struct TileBudget {
   int min_block;
   int prefetch_threads;
   bool wide_first = false;
-  int cluster_block = 0;  // threads of a cluster tile's CTA and its packs (0: max_block, block_packs)
+  int one_shot_cluster = 1;
+  int cluster_block = 0;
   int cluster_packs = 0;
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
 // prefetch paid from 512-thread rows on (bf16 LayerNorm 65536: 61 -> 75% of copy) and cost up to
 // 11 points on softmax rows of one warp (results/NOTES.md v6); since v7 only the cluster tiles
-// keep a persistent grid, so only they have a next row to prefetch (row_runners.cuh).
-constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512};
+// keep a persistent grid, so only they have a next row to prefetch (row_runners.cuh). Clusters of
+// 2 and 4 run one-shot, as QuACK launches them, once a CTA no longer waits for its cluster before
+// loading (row_reduce_init): bf16 softmax 32768-65536 6-10% faster; one-shot clusters of 8 and 16
+// lost 4-10% (results/h100-rows.md, v11).
+constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
 // The norm forwards hold 32 registers of row a thread (16-bit rows as loaded, or 8 packs of
-// float32 as floats), so their cluster tiles take QuACK's shape: 256-thread CTAs of 8 packs, three
-// a SM (row_tiles.cuh). Knob for A/B runs: -DJAXNORM_NORM_FWD_CLUSTER_256=0 gives them the
-// 512-thread CTAs of 4 packs the other forwards use.
-#ifndef JAXNORM_NORM_FWD_CLUSTER_256
-#define JAXNORM_NORM_FWD_CLUSTER_256 1
-#endif
-constexpr TileBudget kNormForwardBudget{4, 512, 8, 64, 512, false, JAXNORM_NORM_FWD_CLUSTER_256 ? 256 : 0,
-                                        JAXNORM_NORM_FWD_CLUSTER_256 ? 8 : 0};
+// float32 as floats), so their one-shot cluster tiles take QuACK's shape: 256-thread CTAs of 8
+// packs, three a SM (row_tiles.cuh), up to clusters of 8: bf16 RMSNorm 32768-131072 2-12% and
+// LayerNorm 4-7% faster than 512-thread CTAs of 4 packs; persistent, the same tile lost 9-30%
+// at 131072-262144 (v11).
+constexpr TileBudget kNormForwardBudget{4, 512, 8, 64, 512, false, 8, 256, 8};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
 // with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
@@ -100,7 +104,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
     }
     if (clusters && budget.cluster_block > 0) {
       for (int k : {2, 4, 8, 16}) {
-        if (packs <= static_cast<int64_t>(budget.cluster_block) * budget.cluster_packs * k) {
+        if (k <= budget.one_shot_cluster && packs <= static_cast<int64_t>(budget.cluster_block) * budget.cluster_packs * k) {
           c.tpr = budget.cluster_block, c.block = budget.cluster_block, c.packs = budget.cluster_packs, c.cluster = k;
           return c;
         }
@@ -135,7 +139,8 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kTPR <= 32 || kBlock > max_block) return false;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
   if (kCluster == 1) return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && budget.wide_first);
-  if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs)
+  if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs &&
+      kCluster <= budget.one_shot_cluster)
     return true;
   if (kTPR != kBlock || kBlock != max_block) return false;
   return kPacks == block_packs || (wide && (kCluster == 16 || budget.wide_first));
