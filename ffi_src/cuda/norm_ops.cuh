@@ -39,6 +39,7 @@ struct NormFwdOp {
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
   static constexpr TileBudget kBudget = kNormForwardBudget;
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
+  static constexpr int kRawMinPacks = 1;
 
   const T* x;
   T* y;
@@ -128,6 +129,12 @@ struct NormFwdOp {
   struct Row {
     float mean, rstd;
   };
+
+  // A held row is x as loaded, which is what store() takes.
+  template <int N>
+  __device__ void hold(int64_t, int64_t, Pack<T, N>&) const {}
+  template <int N>
+  __device__ void from_held(float (&)[N], Row) const {}
 
   __device__ Row finalize(Stats s, Stats, int64_t row, bool writer) const {
     Row r;

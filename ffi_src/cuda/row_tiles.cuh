@@ -103,9 +103,10 @@ __device__ __forceinline__ int64_t pack_col(int p, int t) {
 #ifndef JAXNORM_HOLD_RAW
 #define JAXNORM_HOLD_RAW 1
 #endif
-template <class Op>
+template <class Op, int kPacks>
 constexpr bool holds_raw() {
-  return JAXNORM_HOLD_RAW != 0 && Op::kCanHoldRaw && sizeof(typename Op::Type) == 2;
+  if constexpr (JAXNORM_HOLD_RAW == 0 || !Op::kCanHoldRaw || sizeof(typename Op::Type) != 2) return false;
+  else return kPacks >= Op::kRawMinPacks;  // an op may hold floats where its registers allow
 }
 
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
@@ -115,7 +116,7 @@ constexpr bool holds_raw() {
 // 128 registers.
 template <class Op, int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
-  constexpr int held = kPacks * (holds_raw<Op>() ? 4 : kVecOf<typename Op::Type>);
+  constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
@@ -143,12 +144,13 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
       ok[p] = row_ok && col < cols;
       if (ok[p]) {
         raw[p] = load_raw<T, V>(op.x + row * cols + col);
-        op.convert(row, col, raw[p], v[p]);
+        if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
+        else op.convert(row, col, raw[p], v[p]);
       }
     }
     prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = [&] {
-      if constexpr (holds_raw<Op>()) return op.thread_stats(raw, ok);
+      if constexpr (holds_raw<Op, kPacks>()) return op.thread_stats(raw, ok);
       else return op.thread_stats(v, ok);
     }();
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, iter);
@@ -156,7 +158,10 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (ok[p]) {
-        if constexpr (holds_raw<Op>()) unpack_again(raw[p], v[p]);  // a held op stores from x as loaded
+        if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
+          unpack_again(raw[p], v[p]);
+          op.from_held(v[p], r);
+        }
         op.store(row, pack_col<kTPR, kCluster, V>(p, t), v[p], r);
       }
     }

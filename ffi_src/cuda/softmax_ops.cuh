@@ -13,6 +13,10 @@
 #define JAXNORM_SOFTMAX_EX2 1
 #endif
 
+#ifndef JAXNORM_SOFTMAX_HELD
+#define JAXNORM_SOFTMAX_HELD 0
+#endif
+
 namespace jaxnorm {
 
 template <int N>
@@ -59,8 +63,12 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   using Type = T;
   using Stats = MaxSum;
   using Merge = MaxSumMerge;
-  static constexpr TileBudget kBudget = kForwardBudget;
-  static constexpr bool kCanHoldRaw = false;  // thread_stats() leaves each exp for store()
+  // Knob for an A/B run: -DJAXNORM_SOFTMAX_HELD=1 holds 16-bit rows as loaded in 256-thread
+  // cluster tiles of 8 packs (the norms' budget), each exp taken twice (stats, then store),
+  // instead of keeping the exps as floats in 512-thread tiles of 4 packs.
+  static constexpr TileBudget kBudget = JAXNORM_SOFTMAX_HELD ? kNormForwardBudget : kForwardBudget;
+  static constexpr bool kCanHoldRaw = JAXNORM_SOFTMAX_HELD != 0;
+  static constexpr int kRawMinPacks = 8;  // below, thread_stats() leaves each exp for store()
   using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;
 
   T* y;
@@ -138,6 +146,50 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
     return {m, sum};
   }
 
+  // A held row: masked elements become -inf in the pack itself, as convert() makes them.
+  template <int N>
+  __device__ void hold(int64_t row, int64_t col, Pack<T, N>& raw) const {
+    if (mask != nullptr) {
+      float keep[N];
+      load_keep<N>(mask, row * cols + col, keep);
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (keep[i] == 0.f) raw.v[i] = from_float<T>(-INFINITY);
+    }
+  }
+
+  // The same statistics from a held row, each pack unpacked once for the max and once for the
+  // sum, so no more than a pack of floats is live.
+  template <int P, int N>
+  __device__ Stats thread_stats(const Pack<T, N> (&raw)[P], const bool (&ok)[P]) const {
+    float m = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (ok[p]) {
+        float v[N];
+        unpack(raw[p], v);
+#pragma unroll
+        for (int i = 0; i < N; ++i) m = fmaxf(m, v[i]);
+      }
+    float sum = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (ok[p]) {
+        float v[N];
+        unpack(raw[p], v);
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum += exp_held(v[i], m);
+      }
+    return {m, sum};
+  }
+
+  // What thread_stats() leaves in place of an element (softmax), from the thread's max m: bit for
+  // bit the value the float-holding path keeps.
+  __device__ float exp_held(float v, float m) const {
+    if (m == -INFINITY) return v != v ? v : 0.f;
+    return exp_shifted(v - m);
+  }
+
   // The loop kernel re-reads x: the same form, relative to the row's max.
   template <int N>
   __device__ void restate(float (&v)[N], Stats row) const {
@@ -149,12 +201,20 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   struct Row {
     SoftmaxRow row;
     float scale;  // softmax: exp(thread max - row max) / sum
+    float mine;   // the thread's max
   };
 
   // An all -inf row gives exp(-inf - -inf) = NaN, as jax.nn.softmax does.
   __device__ Row finalize(Stats s, Stats mine, int64_t, bool) const {
     const SoftmaxRow r = softmax_row(s.max, s.sum, log);
-    return {r, log ? 0.f : expf(mine.max - s.max) * r.k};
+    return {r, log ? 0.f : expf(mine.max - s.max) * r.k, mine.max};
+  }
+
+  template <int N>
+  __device__ void from_held(float (&v)[N], Row r) const {
+    if (!log)
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = exp_held(v[i], r.mine);
   }
 
   template <int N>
