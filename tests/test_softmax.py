@@ -48,6 +48,24 @@ def test_random_mask(op, dtype, rng):
 
 
 @op_params(SOFTMAXES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mask_on_cluster_rows(op, dtype, rng):
+    """Rows wide enough for the GPU's cluster tiles (32768 16-bit columns), whose threads may hold
+    the row as loaded with the masked elements set to -inf: random and banded masks, a fully
+    masked row, and a row masked but for one element."""
+    rows, cols = 5, 32768
+    x = make_x(op, rng, (rows, cols), DTYPES[dtype])
+    where = rng.random((rows, cols)) < 0.7
+    where[2, : cols // 2] = False  # half the row's threads hold nothing unmasked
+    where[3] = False
+    where[4] = False
+    where[4, 12345] = True
+    y, dx = check_masked(op, rng, x, jnp.asarray(where))
+    np.testing.assert_array_equal(as_f64(y)[3], -np.inf if op is LOG_SOFTMAX else 0.0)
+    np.testing.assert_array_equal(as_f64(dx)[3], 0.0)
+
+
+@op_params(SOFTMAXES)
 @pytest.mark.parametrize("shape", [(COLS,), (ROWS, 1), (1, COLS)], ids=str)
 def test_broadcast_mask(op, shape, rng):
     where = rng.random(shape) < 0.6
