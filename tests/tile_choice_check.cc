@@ -27,8 +27,8 @@ int main() {
     int elem_bytes;
   } ops[] = {{"forward f32", kForwardBudget, 4},
              {"forward 16-bit", kForwardBudget, 2},
-             {"norm forward f32", kNormForwardBudget, 4},
-             {"norm forward 16-bit", kNormForwardBudget, 2},
+             {"held-row forward f32", kHeldRowForwardBudget, 4},
+             {"held-row forward 16-bit", kHeldRowForwardBudget, 2},
              {"norm backward f32", norm_backward_budget(4), 4},
              {"norm backward 16-bit", norm_backward_budget(2), 2},
              {"softmax backward f32", kSoftmaxBackwardBudget, 4},

@@ -37,7 +37,7 @@ struct NormFwdOp {
   using Type = T;
   using Stats = std::conditional_t<kCentered, Welford, float>;
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
-  static constexpr TileBudget kBudget = kNormForwardBudget;
+  static constexpr TileBudget kBudget = kHeldRowForwardBudget;
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
 

@@ -112,7 +112,7 @@ constexpr bool holds_raw() {
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
 // the other's reduction. (Holding the next row's packs in registers instead, one CTA per SM,
 // measured slower: 1dc6ced in results/NOTES.md.) 256-thread CTAs holding 32 registers of row
-// (kNormForwardBudget's cluster tiles) fit three times, QuACK's occupancy. The widest tiles need
+// (kHeldRowForwardBudget's cluster tiles) fit three times, QuACK's occupancy. The widest tiles need
 // 128 registers.
 template <class Op, int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {

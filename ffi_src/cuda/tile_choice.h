@@ -37,12 +37,13 @@ struct TileBudget {
 // loading (row_reduce_init): bf16 softmax 32768-65536 6-10% faster; one-shot clusters of 8 and 16
 // lost 4-10% (results/h100-rows.md, v11).
 constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
-// The norm forwards hold 32 registers of row a thread (16-bit rows as loaded, or 8 packs of
-// float32 as floats), so their one-shot cluster tiles take QuACK's shape: 256-thread CTAs of 8
-// packs, three a SM (row_tiles.cuh), up to clusters of 8: bf16 RMSNorm 32768-131072 2-12% and
-// LayerNorm 4-7% faster than 512-thread CTAs of 4 packs; persistent, the same tile lost 9-30%
-// at 131072-262144 (v11).
-constexpr TileBudget kNormForwardBudget{4, 512, 8, 64, 512, false, 8, 256, 8};
+// The norm and softmax forwards hold 32 registers of row a thread in 8-pack tiles (16-bit rows as
+// loaded, softmax taking each exp twice; or 8 packs of float32 as floats), so their one-shot
+// cluster tiles take QuACK's shape: 256-thread CTAs of 8 packs, three a SM (row_tiles.cuh), up to
+// clusters of 8. Against 512-thread CTAs of 4 packs: bf16 RMSNorm forward 32768-131072 2-12%
+// and LayerNorm 4-7% faster; softmax and log-softmax 2-6%, float32 softmax 3-6%; persistent, the
+// same tile lost 9-30% at 131072-262144 (results/h100-rows.md, v11).
+constexpr TileBudget kHeldRowForwardBudget{4, 512, 8, 64, 512, false, 8, 256, 8};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
 // with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
