@@ -158,25 +158,22 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // sum, so no more than a pack of floats is live.
   template <int P, int N>
   __device__ Stats thread_stats(const Pack<T, N> (&raw)[P], const bool (&ok)[P]) const {
-    float m = -INFINITY;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p]) {
-        float v[N];
-        unpack(raw[p], v);
-#pragma unroll
-        for (int i = 0; i < N; ++i) m = fmaxf(m, v[i]);
-      }
-    float sum = 0.f;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (ok[p]) {
-        float v[N];
-        unpack(raw[p], v);
-#pragma unroll
-        for (int i = 0; i < N; ++i) sum += exp_held(v[i], m);
-      }
+    float m = -INFINITY, sum = 0.f;
+    each_held(raw, ok, [&](float v) { m = fmaxf(m, v); });
+    each_held(raw, ok, [&](float v) { sum += exp_held(v, m); });
     return {m, sum};
+  }
+
+  template <int P, int N, class F>
+  __device__ static void each_held(const Pack<T, N> (&raw)[P], const bool (&ok)[P], F f) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (ok[p]) {
+        float v[N];
+        unpack(raw[p], v);
+#pragma unroll
+        for (int i = 0; i < N; ++i) f(v[i]);
+      }
   }
 
   // What thread_stats() leaves in place of an element (softmax), from the thread's max m: bit for
