@@ -34,8 +34,10 @@ struct TileBudget {
 // 11 points on softmax rows of one warp (results/NOTES.md v6); since v7 only the cluster tiles
 // keep a persistent grid, so only they have a next row to prefetch (row_runners.cuh). Clusters of
 // 2 and 4 run one-shot, as QuACK launches them, once a CTA no longer waits for its cluster before
-// loading (row_reduce_init): bf16 softmax 32768-65536 6-10% faster; one-shot clusters of 8 and 16
-// lost 4-10% (results/h100-rows.md, v11).
+// loading (row_reduce_init): bf16 softmax 32768-65536 6-10% faster (measured in this tile, before
+// softmax moved to the held-row budget below); one-shot clusters of 8 and 16 lost 4-10%
+// (results/h100-rows.md, v11). The residual-add and cross-entropy forwards, which hold floats,
+// use this budget.
 constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
 // The norm and softmax forwards hold 32 registers of row a thread in 8-pack tiles (16-bit rows as
 // loaded, softmax taking each exp twice; or 8 packs of float32 as floats), so their one-shot
