@@ -5,8 +5,9 @@ Both forms run one `lax.while_loop` over decoding steps with the KV caches in th
 (updated in place: the jaxnorm form appends through `decode_attention`'s aliased caches, the jnp
 form through `lax.dynamic_update_slice`), random weights, pre-LN blocks, grouped-query attention:
 
-- jaxnorm: `embed_with_position` (lookup x sqrt(d) + sine position), `layer_norm`,
-  `decode_attention` (appending the new key/value in place), `sample`.
+- jaxnorm: `embed_with_position` (lookup x sqrt(d) + sine position), `layer_norm` with each
+  residual add fused into it (`residual=`), `decode_attention` (appending the new key/value in
+  place), `sample`.
 - jnp: `table[ids] * sqrt(d) + jaxnorm.reference.sine_position_encoding`, `jax.nn` ops,
   `jax.nn.dot_product_attention` over the whole cache with `key_value_seq_lengths`, `argmax` /
   `jax.random.categorical`.
@@ -67,17 +68,28 @@ def _mlp(blk, x, norm):
 
 
 def step_jaxnorm(params, heads, ids, pos, caches):
-    """One decoding step: tokens `ids` [B] at position `pos` [B] -> logits [B, V], new caches."""
+    """One decoding step: tokens `ids` [B] at position `pos` [B] -> logits [B, V], new caches.
+
+    Each residual add is fused into the norm that follows it (`layer_norm(..., residual=x)`
+    returns the norm of the sum and the sum): a sublayer's output is added to the residual
+    stream `x` by the next norm's kernel, not by a kernel of its own."""
     heads, kv_heads = heads
     x = jaxnorm.embed_with_position(ids, params["table"], position=pos)
+    pending = None  # the last sublayer's output, not yet added to x
     new = []
     for blk, (kc, vc) in zip(params["blocks"], caches):
-        q, k, v = _split_qkv(jaxnorm.layer_norm(x, blk["ln1"]) @ blk["qkv"], heads, kv_heads)
+        if pending is None:
+            y = jaxnorm.layer_norm(x, blk["ln1"])
+        else:
+            y, x = jaxnorm.layer_norm(pending, blk["ln1"], residual=x)
+        q, k, v = _split_qkv(y @ blk["qkv"], heads, kv_heads)
         o, kc, vc = jaxnorm.decode_attention(q, kc, vc, pos, k_new=k, v_new=v)
-        x = x + o.reshape(x.shape[0], -1) @ blk["out"]
-        x = x + _mlp(blk, x, jaxnorm.layer_norm)
+        y, x = jaxnorm.layer_norm(o.reshape(x.shape[0], -1) @ blk["out"], blk["ln2"], residual=x)
+        pending = jax.nn.gelu(y @ blk["up"]) @ blk["down"]
         new.append((kc, vc))
-    return jaxnorm.layer_norm(x, params["ln_f"]) @ params["unembed"], new
+    y = jaxnorm.layer_norm(x, params["ln_f"]) if pending is None else \
+        jaxnorm.layer_norm(pending, params["ln_f"], residual=x)[0]
+    return y @ params["unembed"], new
 
 
 def _jnp_norm(x, scale):

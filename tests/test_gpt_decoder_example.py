@@ -48,3 +48,15 @@ def test_main_prints_rates():
     rates = ex.main(["--layers", "1", "--d", "128", "--heads", "2", "--kv-heads", "1", "--vocab", "256",
                      "--batch", "2", "--context", "32", "--steps", "4"])
     assert all(r > 0 for v in rates.values() for r in v.values())
+
+
+def test_residual_adds_are_fused_into_the_norms():
+    """Every residual add of the jaxnorm step goes through a residual-add norm kernel: two a layer
+    (before the MLP's norm and the next layer's or the final norm), so the step holds 2 x layers
+    of them and one plain layer_norm (the first)."""
+    params, h = ex.init(jax.random.key(3), vocab=64, layers=3, d=128, heads=2, kv_heads=1)
+    caches = ex.empty_caches(params, h, 2, 16, blhd=False)
+    ids, pos = jnp.array([1, 2], jnp.int32), jnp.array([4, 4], jnp.int32)
+    text = jax.jit(lambda p, c: ex.step_jaxnorm(p, h, ids, pos, c)).lower(params, caches).as_text()
+    assert text.count("@jaxnorm_add_norm_fwd(") == 6
+    assert text.count("@jaxnorm_norm_fwd(") == 1
