@@ -236,6 +236,7 @@ struct StorePlusDh {
 template <class T, class A = T, class Dx = StoreDx<T>>
 struct NormBwdOp {
   using Type = T;
+  using RowType = A;
   static constexpr bool kColumnSums = true;
   static constexpr TileBudget kBudget = norm_backward_budget(sizeof(T));
 
@@ -271,9 +272,18 @@ struct NormBwdOp {
   }
 
   template <int N>
+  __device__ void load_held(int64_t row, int64_t col, Pack<A, N>& a, Pack<T, N>& d) const {
+    a = load_raw<A, N>(xin + row * cols + col);
+    d = load_raw<T, N>(dy + row * cols + col);
+  }
+
+  template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
-    load_pack<A, N>(xin + row * cols + col, a);
-    load_pack<T, N>(dy + row * cols + col, d);
+    Pack<A, N> ra;
+    Pack<T, N> rd;
+    load_held(row, col, ra, rd);
+    unpack(ra, a);
+    unpack(rd, d);
   }
 
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.

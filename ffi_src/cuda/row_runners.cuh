@@ -92,7 +92,7 @@ struct BwdRunner {
     int64_t workers = std::min<int64_t>(needed, std::max<int64_t>(1, resident / groups));
     if constexpr (Op::kColumnSums) {
       workers = std::min(workers, ws_rows);
-    } else if constexpr (one_shot_grid<kCluster>()) {
+    } else if constexpr (one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>()) {
       workers = std::min<int64_t>(needed, kMaxGridX / kCluster);
     }
     JN_RETURN_IF_ERROR(launch_with_smem(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, smem,

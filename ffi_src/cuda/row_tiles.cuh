@@ -205,11 +205,65 @@ __global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, i
 // Backward: one pass over (a, dy) [a = x, or y when the op recovers from the output], row sums,
 // dx from registers; column sums (scale/bias gradients) accumulate in registers across the rows
 // of a worker and are written once per worker to workspace[group][worker] (no atomics).
-// At most 128 registers a thread for CTAs up to 256 threads, so 512 threads fit per SM.
-template <int kBlock, int kPacks>
+// 16-bit rows (a and dy) are held as loaded, as the forwards hold x: each pack is converted
+// once for the row sums and again for dx, and the ops' terms() run twice (the second time only
+// to put a in emit()'s form; its sums are dead). Knob for A/B runs: -DJAXNORM_BWD_HOLD_RAW=0
+// holds floats.
+#ifndef JAXNORM_BWD_RAW_TWO
+#define JAXNORM_BWD_RAW_TWO 1
+#endif
+#ifndef JAXNORM_BWD_HOLD_RAW
+#define JAXNORM_BWD_HOLD_RAW 1
+#endif
+template <class Op>
+constexpr bool bwd_holds_raw() {
+  return JAXNORM_BWD_HOLD_RAW != 0 && sizeof(typename Op::Type) == 2 && sizeof(typename Op::RowType) == 2;
+}
+
+// At most 128 registers a thread for CTAs up to 256 threads, so 512 threads fit per SM; a
+// 512-thread CTA of 4 packs without column partials, holding its 16-bit rows as loaded
+// (32 registers), fits twice.
+template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
+  if (JAXNORM_BWD_RAW_TWO != 0 && kBlock >= 512 && kPacks <= 4 && bwd_holds_raw<Op>() && !Op::kColumnSums) return 2;
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
+
+// A backward thread's packs of a and dy: as floats, or as loaded (bwd_holds_raw). with(p, f)
+// calls f(a, d) on pack p's floats; for a held row they are converted afresh each time (the second
+// time by unpack_again(), so the compiler does not keep the first conversion live).
+template <class Op, int kPacks, bool kRaw = bwd_holds_raw<Op>()>
+struct BwdRowPacks {
+  static constexpr int V = kVecOf<typename Op::Type>;
+  static constexpr bool kHeld = false;
+  float a[kPacks][V], d[kPacks][V];
+  __device__ void load(const Op& op, int64_t row, int64_t col, int p) { op.load(row, col, a[p], d[p]); }
+  template <bool kAgain, class F>
+  __device__ void with(int p, F f) {
+    f(a[p], d[p]);
+  }
+};
+
+template <class Op, int kPacks>
+struct BwdRowPacks<Op, kPacks, true> {
+  static constexpr int V = kVecOf<typename Op::Type>;
+  static constexpr bool kHeld = true;
+  Pack<typename Op::RowType, V> a[kPacks];
+  Pack<typename Op::Type, V> d[kPacks];
+  __device__ void load(const Op& op, int64_t row, int64_t col, int p) { op.load_held(row, col, a[p], d[p]); }
+  template <bool kAgain, class F>
+  __device__ void with(int p, F f) {
+    float fa[V], fd[V];
+    if constexpr (kAgain) {
+      unpack_again(a[p], fa);
+      unpack_again(d[p], fd);
+    } else {
+      unpack(a[p], fa);
+      unpack(d[p], fd);
+    }
+    f(fa, fd);
+  }
+};
 
 // The scale/bias gradient partials of a thread's columns, summed over its worker's rows. In
 // registers; for the wide tile (twice the columns a thread of the others holds) in dynamic
@@ -280,7 +334,7 @@ struct ColumnPartials<kPacks, V, kBlock, true> {
 };
 
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-__global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
+__global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
   constexpr int V = kVecOf<T>;
@@ -299,13 +353,13 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
   for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, ++iter) {
     const int64_t row = group_row0 + base + slot;
     const bool row_ok = base + slot < rows_per_group;
-    float a[kPacks][V], d[kPacks][V];
+    BwdRowPacks<Op, kPacks> rp;
     bool ok[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
-      if (ok[p]) op.load(row, col, a[p], d[p]);
+      if (ok[p]) rp.load(op, row, col, p);
     }
     prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + stride,
                                                group_row0 + rows_per_group);
@@ -313,16 +367,26 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<kBlock, kPacks>())
     Sum2 s{0.f, 0.f};
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
-      if (ok[p]) op.terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a[p], d[p], s);
+      if (ok[p])
+        rp.template with<false>(p, [&](float(&a)[V], float(&d)[V]) {
+          op.terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a, d, s);
+        });
     s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, iter);
     const auto r = op.finalize(in, s);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (ok[p]) {
-        float gp[V], bp[V];
-        parts.get(p, gp, bp);
-        op.emit(row, pack_col<kTPR, kCluster, V>(p, t), a[p], d[p], r, gp, bp);
-        parts.put(p, gp, bp);
+        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+        rp.template with<true>(p, [&](float(&a)[V], float(&d)[V]) {
+          if constexpr (decltype(rp)::kHeld) {
+            Sum2 unused{0.f, 0.f};
+            op.terms(in, row, col, a, d, unused);  // a in emit()'s form again
+          }
+          float gp[V], bp[V];
+          parts.get(p, gp, bp);
+          op.emit(row, col, a, d, r, gp, bp);
+          parts.put(p, gp, bp);
+        });
       }
     }
   }

@@ -13,6 +13,11 @@
 #define JAXNORM_SOFTMAX_EX2 1
 #endif
 
+// Knob for A/B runs: -DJAXNORM_LOGSOFTMAX_BWD_EX2=0 gives 16-bit log-softmax backwards expf.
+#ifndef JAXNORM_LOGSOFTMAX_BWD_EX2
+#define JAXNORM_LOGSOFTMAX_BWD_EX2 1
+#endif
+
 namespace jaxnorm {
 
 template <int N>
@@ -241,6 +246,7 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
 template <class T>
 struct SoftmaxBwdOp {
   using Type = T;
+  using RowType = T;  // y
   static constexpr bool kColumnSums = false;
   static constexpr TileBudget kBudget = kSoftmaxBackwardBudget;
 
@@ -261,9 +267,18 @@ struct SoftmaxBwdOp {
   }
 
   template <int N>
+  __device__ void load_held(int64_t row, int64_t col, Pack<T, N>& a, Pack<T, N>& d) const {
+    a = load_raw<T, N>(y + row * cols + col);
+    d = load_raw<T, N>(dy + row * cols + col);
+  }
+
+  template <int N>
   __device__ void load(int64_t row, int64_t col, float (&a)[N], float (&d)[N]) const {
-    load_pack<T, N>(y + row * cols + col, a);
-    load_pack<T, N>(dy + row * cols + col, d);
+    Pack<T, N> ra;
+    Pack<T, N> rd;
+    load_held(row, col, ra, rd);
+    unpack(ra, a);
+    unpack(rd, d);
   }
 
   template <int N>
@@ -282,7 +297,17 @@ struct SoftmaxBwdOp {
     float keep[N], out[N];
     load_keep<N>(mask, row * cols + col, keep);
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = softmax_bwd_apply(a[i], d[i], keep[i] != 0.f, s, log);
+    for (int i = 0; i < N; ++i) {
+      if constexpr (JAXNORM_LOGSOFTMAX_BWD_EX2 != 0 && sizeof(T) == 2) {
+        // A 16-bit dx is rounded to 2^-9 or coarser: exp(y) by the hardware's ex2 (relative error
+        // ~2^-22 plus y's rounding times |y|), three instructions instead of expf's ten.
+        if (log) {
+          out[i] = keep[i] != 0.f ? d[i] - ex2_approx(a[i] * kLog2e) * s : 0.f;
+          continue;
+        }
+      }
+      out[i] = softmax_bwd_apply(a[i], d[i], keep[i] != 0.f, s, log);
+    }
     store_pack<T, N>(dx + row * cols + col, out);
   }
 
