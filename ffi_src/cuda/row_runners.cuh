@@ -24,22 +24,6 @@ int resident_workers(K kernel, int threads, int cluster, size_t dyn_smem = 0) {
 
 inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// A grid of one CTA per kBlock / kTPR rows lets the hardware balance the rows over the SMs,
-// where a persistent grid's static shares end unevenly: bf16 forwards up to 16384 columns ran
-// 2-22% faster against XLA in the same call (results/NOTES.md v7). Forward cluster tiles are
-// one-shot up to the op's budget.one_shot_cluster (tile_choice.h), larger ones persistent; so is
-// the backward, whose norm workers accumulate the scale/bias gradients across their rows (and
-// whose softmax clusters, of one 512-thread CTA a SM, lost 20-28% one-shot: h100-rows.md v11).
-// Knob for A/B runs: -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
-#ifndef JAXNORM_ONE_SHOT
-#define JAXNORM_ONE_SHOT 1
-#endif
-template <int kCluster, int kMaxOneShotCluster = 1>
-constexpr bool one_shot_grid() {
-  return JAXNORM_ONE_SHOT != 0 && kCluster <= kMaxOneShotCluster;
-}
-constexpr int64_t kMaxGridX = 2147483647;
-
 template <class Op>
 struct FwdRunner {
   Op op;
@@ -92,8 +76,11 @@ struct BwdRunner {
     int64_t workers = std::min<int64_t>(needed, std::max<int64_t>(1, resident / groups));
     if constexpr (Op::kColumnSums) {
       workers = std::min(workers, ws_rows);
-    } else if constexpr (one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>()) {
-      workers = std::min<int64_t>(needed, kMaxGridX / kCluster);
+    } else if constexpr (one_shot_bwd<Op, kBlock, kPacks, kCluster>()) {
+      // The kernel makes one pass: every row span needs its worker.
+      if (needed > kMaxGridX / kCluster)
+        return ffi::Error::InvalidArgument(std::string("jaxnorm: ") + what + ": too many rows for one launch");
+      workers = needed;
     }
     JN_RETURN_IF_ERROR(launch_with_smem(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, smem,
                                         stream, what, op, rows_per_group, cols, workspace, ws_rows));

@@ -83,6 +83,20 @@ __device__ __forceinline__ void prefetch_rows(const Op& op, int64_t row, int64_t
   }
 }
 
+// A grid of one CTA per kBlock / kTPR rows lets the hardware balance the rows over the SMs,
+// where a persistent grid's static shares end unevenly: bf16 forwards up to 16384 columns ran
+// 2-22% faster against XLA in the same call (results/NOTES.md v7). Cluster tiles are one-shot up
+// to a cluster size that the op's budget and the direction choose (FwdRunner, one_shot_bwd), larger
+// ones persistent. Knob for A/B runs: -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
+#ifndef JAXNORM_ONE_SHOT
+#define JAXNORM_ONE_SHOT 1
+#endif
+template <int kCluster, int kMaxOneShotCluster = 1>
+constexpr bool one_shot_grid() {
+  return JAXNORM_ONE_SHOT != 0 && kCluster <= kMaxOneShotCluster;
+}
+constexpr int64_t kMaxGridX = 2147483647;
+
 template <int kTPR, int kBlock>
 constexpr int warps_for_reduce() {
   return kTPR > 32 ? kBlock / 32 : 0;
@@ -209,9 +223,6 @@ __global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, i
 // once for the row sums and again for dx, and the ops' terms() run twice (the second time only
 // to put a in emit()'s form; its sums are dead). Knob for A/B runs: -DJAXNORM_BWD_HOLD_RAW=0
 // holds floats.
-#ifndef JAXNORM_BWD_RAW_TWO
-#define JAXNORM_BWD_RAW_TWO 1
-#endif
 #ifndef JAXNORM_BWD_HOLD_RAW
 #define JAXNORM_BWD_HOLD_RAW 1
 #endif
@@ -220,13 +231,40 @@ constexpr bool bwd_holds_raw() {
   return JAXNORM_BWD_HOLD_RAW != 0 && sizeof(typename Op::Type) == 2 && sizeof(typename Op::RowType) == 2;
 }
 
-// At most 128 registers a thread for CTAs up to 256 threads, so 512 threads fit per SM; a
-// 512-thread CTA of 4 packs without column partials, holding its 16-bit rows as loaded
-// (32 registers), fits twice.
+// Registers of row (a and dy) a backward thread holds.
+template <class Op, int kPacks>
+constexpr int bwd_held_registers() {
+  return 2 * kPacks * (bwd_holds_raw<Op>() ? 4 : kVecOf<typename Op::Type>);
+}
+
+// At most 128 registers a thread for CTAs up to 256 threads, so 512 threads fit per SM. A
+// 512-thread CTA without column partials holding 32 registers of row (16-bit 4-pack tiles as
+// loaded, float32 ones as floats) fits twice, where the op says its code does (Op::kFitsTwice).
+// Knob for A/B runs: -DJAXNORM_BWD_FITS_TWICE=0 keeps one such CTA a SM (and so persistent
+// cluster grids, one_shot_bwd).
+#ifndef JAXNORM_BWD_FITS_TWICE
+#define JAXNORM_BWD_FITS_TWICE 1
+#endif
 template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
-  if (JAXNORM_BWD_RAW_TWO != 0 && kBlock >= 512 && kPacks <= 4 && bwd_holds_raw<Op>() && !Op::kColumnSums) return 2;
+  if constexpr (!Op::kColumnSums) {
+    if (JAXNORM_BWD_FITS_TWICE != 0 && Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
+      return 2;
+  }
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
+}
+
+// Whether a backward grid is one-shot (a worker a row span; the kernel then makes one pass):
+// never for the ops with column sums, whose workers accumulate the scale/bias gradients across
+// rows; CTA-wide tiles always; cluster tiles up to the op's budget.one_shot_cluster where two
+// CTAs fit an SM (bf16 softmax fwd+bwd 32768-262144 7-12% faster than persistent clusters of
+// one CTA a SM holding the row as loaded; one-shot at one CTA a SM, holding floats, had lost
+// 20-28%: results/h100-rows.md, v12).
+template <class Op, int kBlock, int kPacks, int kCluster>
+constexpr bool one_shot_bwd() {
+  if constexpr (Op::kColumnSums) return false;
+  else if constexpr (kCluster == 1) return one_shot_grid<1>();
+  else return bwd_min_ctas_per_sm<Op, kBlock, kPacks>() >= 2 && one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>();
 }
 
 // A backward thread's packs of a and dy: as floats, or as loaded (bwd_holds_raw). with(p, f)
@@ -350,7 +388,8 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>()> parts;
 
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
-  for (int64_t base = worker * kRowsPerCta; base < rows_per_group; base += stride, ++iter) {
+  constexpr bool kOnce = one_shot_bwd<Op, kBlock, kPacks, kCluster>();  // one pass: no loop state kept live
+  for (int64_t base = worker * kRowsPerCta; base < rows_per_group && (!kOnce || iter == 0); base += stride, ++iter) {
     const int64_t row = group_row0 + base + slot;
     const bool row_ok = base + slot < rows_per_group;
     BwdRowPacks<Op, kPacks> rp;

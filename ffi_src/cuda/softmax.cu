@@ -34,15 +34,18 @@ ffi::Error SoftmaxBwdCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer 
   if (s.size() == 0) return ffi::Error::Success();
   return dispatch_float<CudaTypes>(y.element_type(), "y", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using Op = SoftmaxBwdOp<T>;
-    Op op{static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()),
-          has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, static_cast<T*>(dx->untyped_data()),
-          s.cols, log};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.y) && aligned16(op.dy) && aligned16(op.dx) &&
-                     aligned16(op.mask);
-    const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
-    BwdRunner<Op> runner{op, s.rows, 1, s.cols, nullptr, 0, nullptr, nullptr, stream, "softmax backward"};
-    return run_choice<Op>(c, runner);
+    auto run = [&](auto masked) {
+      using Op = SoftmaxBwdOp<T, decltype(masked)::value>;
+      Op op{static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()),
+            has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr, static_cast<T*>(dx->untyped_data()),
+            s.cols, log};
+      const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.y) && aligned16(op.dy) && aligned16(op.dx) &&
+                       aligned16(op.mask_in);
+      const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
+      BwdRunner<Op> runner{op, s.rows, 1, s.cols, nullptr, 0, nullptr, nullptr, stream, "softmax backward"};
+      return run_choice<Op>(c, runner);
+    };
+    return has_mask ? run(std::true_type{}) : run(std::false_type{});
   });
 }
 

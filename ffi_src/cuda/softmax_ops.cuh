@@ -243,19 +243,24 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   }
 };
 
-template <class T>
+// kMasked: whether a mask is read. Without the masked path the 512 x 4 tiles fit 64 registers,
+// two CTAs a SM; with it ptxas spilled ~200 bytes there, so masked tiles keep one CTA a SM.
+template <class T, bool kMasked>
 struct SoftmaxBwdOp {
   using Type = T;
   using RowType = T;  // y
   static constexpr bool kColumnSums = false;
+  static constexpr bool kFitsTwice = !kMasked;
   static constexpr TileBudget kBudget = kSoftmaxBackwardBudget;
 
   const T* y;
   const T* dy;
-  const bool* mask;
+  const bool* mask_in;  // read only when kMasked
   T* dx;
   int64_t cols;
   bool log;
+
+  __device__ const bool* mask() const { return kMasked ? mask_in : nullptr; }
 
   struct RowIn {};
   __device__ RowIn row_in(int64_t, bool) const { return {}; }
@@ -263,7 +268,7 @@ struct SoftmaxBwdOp {
   __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
     prefetch_l2_rows(y, row0, nrows, cols, part, parts);
     prefetch_l2_rows(dy, row0, nrows, cols, part, parts);
-    prefetch_l2_rows(mask, row0, nrows, cols, part, parts);
+    prefetch_l2_rows(mask(), row0, nrows, cols, part, parts);
   }
 
   template <int N>
@@ -284,7 +289,7 @@ struct SoftmaxBwdOp {
   template <int N>
   __device__ void terms(RowIn, int64_t row, int64_t col, float (&a)[N], const float (&d)[N], Sum2& s) const {
     float keep[N];
-    load_keep<N>(mask, row * cols + col, keep);
+    load_keep<N>(mask(), row * cols + col, keep);
 #pragma unroll
     for (int i = 0; i < N; ++i) s.a += softmax_bwd_term(a[i], d[i], keep[i] != 0.f, log);
   }
@@ -295,7 +300,7 @@ struct SoftmaxBwdOp {
   __device__ void emit(int64_t row, int64_t col, const float (&a)[N], const float (&d)[N], float s, float (&)[N],
                        float (&)[N]) const {
     float keep[N], out[N];
-    load_keep<N>(mask, row * cols + col, keep);
+    load_keep<N>(mask(), row * cols + col, keep);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if constexpr (JAXNORM_LOGSOFTMAX_BWD_EX2 != 0 && sizeof(T) == 2) {

@@ -68,12 +68,9 @@ constexpr TileBudget norm_backward_budget(int elem_bytes) {
   return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, elem_bytes == 4 ? 512 : 1,
           JAXNORM_BWD_WIDE_FIRST != 0 && elem_bytes == 2};
 }
-// The softmax backward holds y and dy: ~110-116 registers at 4 packs as floats.
-// Knob for A/B runs: -DJAXNORM_SOFTMAX_BWD_ONE_SHOT=k launches clusters of up to k one-shot.
-#ifndef JAXNORM_SOFTMAX_BWD_ONE_SHOT
-#define JAXNORM_SOFTMAX_BWD_ONE_SHOT 1
-#endif
-constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512, false, JAXNORM_SOFTMAX_BWD_ONE_SHOT};
+// The softmax backward holds y and dy: 32 registers at 4 packs (16-bit as loaded, float32 as
+// floats), so its 512-thread tiles fit twice a SM and run one-shot (row_tiles.cuh, one_shot_bwd).
+constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512, false, 16};
 
 // Threads per CTA for a CTA-wide tile whose rows take `tpr` threads.
 constexpr int cta_threads(int tpr, TileBudget budget) { return tpr < budget.min_block ? budget.min_block : tpr; }
