@@ -40,7 +40,8 @@ struct FwdRunner {
     const int64_t workers = one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>()
                                 ? std::min<int64_t>(needed, kMaxGridX / kCluster)
                                 : std::min<int64_t>(needed, resident);
-    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
+    const bool one_wave = needed <= resident;
+    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols, one_wave);
   }
 
   template <int kTPR, int kBlock>
