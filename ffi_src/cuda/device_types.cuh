@@ -163,10 +163,6 @@ __device__ __forceinline__ void load_mask(const bool* p, bool (&out)[N]) {
 // into L2 by the bulk-copy engine while the caller works on other rows: no registers and no wait,
 // so the next row's DRAM reads overlap this row's reduction and stores (Hopper). Only whole
 // 16-byte units inside the range are requested, so any alignment is safe.
-// Requests the line holding p into L1, so a later load of it hits there: for data whose address
-// is known long before its value is needed.
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-
 template <class T>
 __device__ __forceinline__ void prefetch_l2_rows(const T* base, int64_t row0, int64_t nrows, int64_t cols, int part,
                                                  int parts) {

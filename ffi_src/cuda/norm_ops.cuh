@@ -130,15 +130,6 @@ struct NormFwdOp {
     float mean, rstd;
   };
 
-  // The scale and bias are read only by store(), after the row's reduction: in a launch of one
-  // wave (a small batch, latency-bound) the kernel requests them beside x, so the store does not
-  // wait for a second round trip to memory.
-  template <int N>
-  __device__ void prefetch_params(int64_t col) const {
-    if (has_scale) prefetch_l1(gamma + col);
-    if (has_bias) prefetch_l1(beta + col);
-  }
-
   // A held row is x as loaded, which is what store() takes.
   template <int N>
   __device__ void hold(int64_t, int64_t, Pack<T, N>&) const {}

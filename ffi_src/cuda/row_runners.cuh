@@ -40,8 +40,7 @@ struct FwdRunner {
     const int64_t workers = one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>()
                                 ? std::min<int64_t>(needed, kMaxGridX / kCluster)
                                 : std::min<int64_t>(needed, resident);
-    const bool one_wave = needed <= resident;
-    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols, one_wave);
+    return launch(kernel, dim3(workers * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
   }
 
   template <int kTPR, int kBlock>

@@ -13,8 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
-#include <utility>
 
 #include "common/stats.h"
 #include "cuda/device_types.cuh"
@@ -136,23 +134,8 @@ constexpr int min_ctas_per_sm() {
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
-// Ops whose store() reads per-column parameters may have them requested early (prefetch_params).
-template <class Op, class = void>
-struct has_param_prefetch : std::false_type {};
-template <class Op>
-struct has_param_prefetch<Op, std::void_t<decltype(std::declval<const Op&>().template prefetch_params<1>(int64_t{}))>>
-    : std::true_type {};
-
-// Knob for A/B runs: -DJAXNORM_PARAM_PREFETCH=0 never requests them early.
-#ifndef JAXNORM_PARAM_PREFETCH
-#define JAXNORM_PARAM_PREFETCH 1
-#endif
-
-// one_wave: every CTA of the launch is resident at once (FwdRunner), so each CTA's chain of
-// memory round trips is the kernel's time.
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-__global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
-    tile_fwd_kernel(Op op, int64_t rows, int64_t cols, bool one_wave) {
+__global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;
@@ -174,8 +157,6 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
       if (ok[p]) {
-        if constexpr (JAXNORM_PARAM_PREFETCH != 0 && has_param_prefetch<Op>::value)
-          if (one_wave) op.template prefetch_params<V>(col);
         raw[p] = load_raw<T, V>(op.x + row * cols + col);
         if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
         else op.convert(row, col, raw[p], v[p]);
