@@ -19,10 +19,12 @@ ffi::Error AddNormBwdCuda(cudaStream_t stream, ffi::AnyBuffer hin, ffi::AnyBuffe
     using H = typename decltype(ht)::type;
     const StorePlusDh<H> out{static_cast<H*>(dx->untyped_data()),
                              has_dh ? static_cast<const H*>(dh.untyped_data()) : nullptr};
-    const auto op = norm_bwd_op<T, A>(hin, dy, mean, rstd, scale, bias, out, s, eps,
-                                      NormFlags{centered, has_scale, has_bias, memory_efficient});
-    return run_norm_bwd(op, s, aligned16(out.dx) && aligned16(out.dh), dscale, dbias, workspace, stream,
-                        "add_norm backward");
+    return with_bias_grad(has_bias, [&](auto bias_grad) {
+      const auto op = norm_bwd_op<T, A, decltype(bias_grad)::value>(
+          hin, dy, mean, rstd, scale, bias, out, s, eps, NormFlags{centered, has_scale, has_bias, memory_efficient});
+      return run_norm_bwd(op, s, aligned16(out.dx) && aligned16(out.dh), dscale, dbias, workspace, stream,
+                          "add_norm backward");
+    });
   });
 }
 

@@ -11,8 +11,8 @@ namespace jaxnorm {
 // in flight that thousands of partial rows (narrow tiles: one per resident CTA) take a few
 // microseconds rather than one dependent walk per column.
 __global__ void __launch_bounds__(32 * kPartialSlices)
-    reduce_partials_kernel(const float* workspace, int64_t ws_rows, int64_t workers, int64_t cols, float* dscale,
-                           float* dbias) {
+    reduce_partials_kernel(const float* workspace, int64_t ws_rows, int64_t workers, int64_t cols, int sums,
+                           float* dscale, float* dbias) {
   __shared__ float part[2][kPartialSlices][33];
   const int c = threadIdx.x % 32, k = threadIdx.x / 32;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + c;
@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(32 * kPartialSlices)
   if (col < cols) {
     for (int64_t w = k; w < workers; w += kPartialSlices) {
       sg += base[(2 * w) * cols + col];
-      sb += base[(2 * w + 1) * cols + col];
+      if (sums == 2) sb += base[(2 * w + 1) * cols + col];
     }
   }
   part[0][k][c] = sg;
@@ -52,9 +52,12 @@ ffi::Error NormBwdCuda(cudaStream_t stream, ffi::AnyBuffer xin, ffi::AnyBuffer d
   JN_RETURN_IF_ERROR(check_same_rows(dy, xin, s, "dy"));
   return dispatch_float<CudaTypes>(xin.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto op = norm_bwd_op<T, T>(xin, dy, mean, rstd, scale, bias, StoreDx<T>{static_cast<T*>(dx->untyped_data())},
-                                      s, eps, NormFlags{centered, has_scale, has_bias, memory_efficient});
-    return run_norm_bwd(op, s, aligned16(op.dx.dx), dscale, dbias, workspace, stream, "norm backward");
+    return with_bias_grad(has_bias, [&](auto bias_grad) {
+      const auto op = norm_bwd_op<T, T, decltype(bias_grad)::value>(
+          xin, dy, mean, rstd, scale, bias, StoreDx<T>{static_cast<T*>(dx->untyped_data())}, s, eps,
+          NormFlags{centered, has_scale, has_bias, memory_efficient});
+      return run_norm_bwd(op, s, aligned16(op.dx.dx), dscale, dbias, workspace, stream, "norm backward");
+    });
   });
 }
 

@@ -9,9 +9,21 @@
 
 namespace jaxnorm {
 
+// Calls f(std::bool_constant<kBiasGrad>) for the op that sums the bias gradient where there is a
+// bias, and only the scale's where there is none. Knob for A/B runs: -DJAXNORM_BWD_BIAS_SPLIT=0
+// sums both always.
+#ifndef JAXNORM_BWD_BIAS_SPLIT
+#define JAXNORM_BWD_BIAS_SPLIT 1
+#endif
+template <class F>
+ffi::Error with_bias_grad(bool has_bias, F f) {
+  if (has_bias || JAXNORM_BWD_BIAS_SPLIT == 0) return f(std::true_type{});
+  return f(std::false_type{});
+}
+
 // T: dy's type, A: the row read's (xin), Dx: where dx goes (norm_ops.cuh).
-template <class T, class A, class Dx>
-NormBwdOp<T, A, Dx> norm_bwd_op(const ffi::AnyBuffer& xin, const ffi::AnyBuffer& dy, const ffi::AnyBuffer& mean,
+template <class T, class A, bool kBiasGrad, class Dx>
+NormBwdOp<T, A, Dx, kBiasGrad> norm_bwd_op(const ffi::AnyBuffer& xin, const ffi::AnyBuffer& dy, const ffi::AnyBuffer& mean,
                                 const ffi::AnyBuffer& rstd, const ffi::AnyBuffer& scale, const ffi::AnyBuffer& bias,
                                 Dx dx, Rows s, float eps, NormFlags f) {
   return {static_cast<const A*>(xin.untyped_data()),

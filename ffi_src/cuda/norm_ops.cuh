@@ -147,15 +147,34 @@ struct NormFwdOp {
     return r;
   }
 
+  // What store() takes beyond the row: the scale of N columns, and LayerNorm's bias, loaded early
+  // (p) or, where p is null, in store(). RMSNorm's jaxnorm.rms_norm has no bias, so its registers
+  // hold none; a bias given to the handler anyway is loaded in store().
   template <int N>
-  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r) const {
-    float g[N], b[N], out[N];
-    load_param<N>(gamma, has_scale, 1.f, col, g);
-    load_param<N>(beta, has_bias, 0.f, col, b);
+  struct Params {
+    float g[N], b[kCentered ? N : 1];
+  };
+  static constexpr int kParamFloats = kCentered ? 2 : 1;
+  template <int N>
+  __device__ void load_params(int64_t col, Params<N>& p) const {
+    load_param<N>(gamma, has_scale, 1.f, col, p.g);
+    if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b);
+  }
+
+  template <int N>
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r, const Params<N>* early) const {
+    Params<N> late;
+    if (early == nullptr) load_params(col, late);
+    const Params<N>& p = early ? *early : late;
+    float out[N];
+    if constexpr (kCentered) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      if constexpr (kCentered) out[i] = norm_apply(v[i], r.mean, r.rstd, g[i], b[i]);
-      else out[i] = v[i] * r.rstd * g[i] + b[i];  // norm_apply with the mean 0, its x - 0 left out
+      for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, p.g[i], p.b[i]);
+    } else {
+      float b[N];
+      load_param<N>(beta, has_bias, 0.f, col, b);
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = v[i] * r.rstd * p.g[i] + b[i];  // norm_apply with the mean 0
     }
     store_pack<T, N>(y + row * cols + col, out);
   }
@@ -189,9 +208,10 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
 
   // The loop kernel converts a row twice and stores it once: h is written once either way.
   template <int N>
-  __device__ void store(int64_t row, int64_t col, const float (&v)[N], typename Base::Row rs) const {
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], typename Base::Row rs,
+                        const typename Base::template Params<N>* p) const {
     store_pack<H, N>(h + row * this->cols + col, v);  // v holds h's values: stored exactly
-    Base::store(row, col, v, rs);
+    Base::store(row, col, v, rs, p);
   }
 };
 
@@ -232,12 +252,14 @@ struct StorePlusDh {
 };
 
 // T: dy's dtype (y's, x's). A: the dtype of the row the backward reads (x, the residual sum h,
-// or y in memory-efficient mode). Dx: the store policy above.
-template <class T, class A = T, class Dx = StoreDx<T>>
+// or y in memory-efficient mode). Dx: the store policy above. kBiasGrad: whether the bias
+// gradient is summed beside the scale's (without a bias, RMSNorm's usual form, the partials and
+// their shared-memory traffic are half as many).
+template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true>
 struct NormBwdOp {
   using Type = T;
   using RowType = A;
-  static constexpr bool kColumnSums = true;
+  static constexpr int kColumnSums = kBiasGrad ? 2 : 1;
   static constexpr TileBudget kBudget = norm_backward_budget(sizeof(T));
 
   const A* xin;  // x (or h), or y in memory-efficient mode

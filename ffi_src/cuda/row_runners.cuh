@@ -74,7 +74,7 @@ struct BwdRunner {
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows_per_group, kBlock / kTPR);
     int64_t workers = std::min<int64_t>(needed, std::max<int64_t>(1, resident / groups));
-    if constexpr (Op::kColumnSums) {
+    if constexpr (Op::kColumnSums > 0) {
       workers = std::min(workers, ws_rows);
     } else if constexpr (one_shot_bwd<Op, kBlock, kPacks, kCluster>()) {
       // The kernel makes one pass: every row span needs its worker.
@@ -94,7 +94,7 @@ struct BwdRunner {
     const int64_t rows = rows_per_group * groups;
     const int64_t workers = std::min<int64_t>(ceil_div(rows, kBlock / kTPR), resident);
     JN_RETURN_IF_ERROR(launch(kernel, dim3(workers), dim3(kBlock), 1, stream, what, op, rows, cols));
-    if constexpr (Op::kColumnSums) {
+    if constexpr (Op::kColumnSums > 0) {
       // Enough (column block, row chunk) pairs to fill the device, within the workspace.
       const int64_t col_blocks = ceil_div(cols, 256);
       const int64_t want = ceil_div(4LL * device_facts().sms, col_blocks * groups);
@@ -107,10 +107,10 @@ struct BwdRunner {
   }
 
   ffi::Error reduce_columns(int64_t workers) {
-    if constexpr (Op::kColumnSums) {
+    if constexpr (Op::kColumnSums > 0) {
       return launch(reduce_partials_kernel, dim3(ceil_div(cols, 32), groups), dim3(32 * kPartialSlices), 1, stream,
-                    what,
-                    static_cast<const float*>(workspace), ws_rows, workers, cols, dscale, dbias);
+                    what, static_cast<const float*>(workspace), ws_rows, workers, cols, Op::kColumnSums, dscale,
+                    dbias);
     }
     return ffi::Error::Success();
   }

@@ -134,12 +134,33 @@ constexpr int min_ctas_per_sm() {
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
+// What store() needs beyond the row (the norms' scale and bias, Op::Params) is loaded for all of
+// a thread's packs beside x, before the row's reduction. Loaded in store(), after the previous
+// pack's store (which the compiler cannot move a load across), each pack waited for its own
+// memory round trip after the reduction: kPacks of them in a row. Knob for A/B runs:
+// -DJAXNORM_EARLY_PARAMS=0 loads them in the store loop.
+#ifndef JAXNORM_EARLY_PARAMS
+#define JAXNORM_EARLY_PARAMS 1
+#endif
+// Only where the tile's register cap leaves room beside the held row (Op::kParamFloats floats a
+// column, ~32 registers of addresses and temporaries) in tiles of up to 4 packs: bf16 RMSNorm's up
+// to 256 threads, LayerNorm's up to 128. The wide tiles spilled.
+template <class Op, int kBlock, int kPacks>
+constexpr bool early_params() {
+  constexpr int V = kVecOf<typename Op::Type>;
+  constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : V);
+  constexpr int cap = 65536 / (kBlock * min_ctas_per_sm<Op, kBlock, kPacks>());
+  return JAXNORM_EARLY_PARAMS != 0 && Op::kParamFloats > 0 && kPacks <= 4 &&
+         held + kPacks * V * Op::kParamFloats + 32 <= cap;
+}
+
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;
   constexpr int kRowsPerCta = kBlock / kTPR;
+  constexpr bool kEarlyParams = early_params<Op, kBlock, kPacks>();
   __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
@@ -152,6 +173,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
     Pack<T, V> raw[kPacks];
     float v[kPacks][V];
     bool ok[kPacks];
+    typename Op::template Params<V> prm[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
@@ -161,6 +183,11 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
         if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
         else op.convert(row, col, raw[p], v[p]);
       }
+    }
+    if constexpr (kEarlyParams) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (ok[p]) op.load_params(pack_col<kTPR, kCluster, V>(p, t), prm[p]);
     }
     prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = [&] {
@@ -172,11 +199,12 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (ok[p]) {
+        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
         if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
           unpack_again(raw[p], v[p]);
           op.from_held(v[p], r);
         }
-        op.store(row, pack_col<kTPR, kCluster, V>(p, t), v[p], r);
+        op.store(row, col, v[p], r, kEarlyParams ? &prm[p] : nullptr);
       }
     }
   }
@@ -209,7 +237,7 @@ __global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, i
         float v[1];
         op.convert(row, col, load_raw<typename Op::Type, 1>(op.x + row * cols + col), v);
         op.restate(v, s);
-        op.store(row, col, v, r);
+        op.store(row, col, v, r, static_cast<const typename Op::template Params<1>*>(nullptr));
       }
     }
   }
@@ -247,7 +275,7 @@ constexpr int bwd_held_registers() {
 #endif
 template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
-  if constexpr (!Op::kColumnSums) {
+  if constexpr (Op::kColumnSums == 0) {
     if (JAXNORM_BWD_FITS_TWICE != 0 && Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
       return 2;
   }
@@ -262,7 +290,7 @@ constexpr int bwd_min_ctas_per_sm() {
 // 20-28%: results/h100-rows.md, v12).
 template <class Op, int kBlock, int kPacks, int kCluster>
 constexpr bool one_shot_bwd() {
-  if constexpr (Op::kColumnSums) return false;
+  if constexpr (Op::kColumnSums > 0) return false;
   else if constexpr (kCluster == 1) return one_shot_grid<1>();
   else return bwd_min_ctas_per_sm<Op, kBlock, kPacks>() >= 2 && one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>();
 }
@@ -303,22 +331,25 @@ struct BwdRowPacks<Op, kPacks, true> {
   }
 };
 
-// The scale/bias gradient partials of a thread's columns, summed over its worker's rows. In
-// registers; for the wide tile (twice the columns a thread of the others holds) in dynamic
-// shared memory instead, as [gradient][pack][float4 of the pack][thread] so a warp's float4
-// accesses are contiguous: the registers hold x and dy, and rows up to 262144 columns keep a tile
-// (the loop fallback, which reads each row three times, ran at 31% of copy: results/h100.md).
+// The scale (and, for kSums == 2, bias) gradient partials of a thread's columns, summed over its
+// worker's rows. In registers; for the wide tile (twice the columns a thread of the others
+// holds) in dynamic shared memory instead, as [gradient][pack][float4 of the pack][thread] so a
+// warp's float4 accesses are contiguous: the registers hold x and dy, and rows up to 262144
+// columns keep a tile (the loop fallback, which reads each row three times, ran at 31% of copy:
+// results/h100.md). With one sum, get() gives a zero bias partial and put() drops it.
 template <class Op, int kPacks>
 constexpr bool partials_in_smem() {
-  return Op::kColumnSums && kPacks > Op::kBudget.block_packs;
+  return Op::kColumnSums > 0 && kPacks > Op::kBudget.block_packs;
 }
 
 template <class Op, int kBlock, int kPacks>
 constexpr size_t column_partials_smem() {
-  return partials_in_smem<Op, kPacks>() ? 2 * kPacks * kVecOf<typename Op::Type> * kBlock * sizeof(float) : 0;
+  return partials_in_smem<Op, kPacks>()
+             ? Op::kColumnSums * kPacks * kVecOf<typename Op::Type> * kBlock * sizeof(float)
+             : 0;
 }
 
-template <int kPacks, int V, int kBlock, bool kInSmem>
+template <int kPacks, int V, int kBlock, bool kInSmem, int kSums>
 struct ColumnPartials {
   float g[kPacks][V], b[kPacks][V];
   __device__ ColumnPartials() {
@@ -329,18 +360,21 @@ struct ColumnPartials {
   }
   __device__ void get(int p, float (&gp)[V], float (&bp)[V]) const {
 #pragma unroll
-    for (int i = 0; i < V; ++i) gp[i] = g[p][i], bp[i] = b[p][i];
+    for (int i = 0; i < V; ++i) gp[i] = g[p][i], bp[i] = kSums == 2 ? b[p][i] : 0.f;
   }
   __device__ void put(int p, const float (&gp)[V], const float (&bp)[V]) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) g[p][i] = gp[i], b[p][i] = bp[i];
+    for (int i = 0; i < V; ++i) {
+      g[p][i] = gp[i];
+      if constexpr (kSums == 2) b[p][i] = bp[i];
+    }
   }
 };
 
 extern __shared__ float4 jn_dynamic_smem[];
 
-template <int kPacks, int V, int kBlock>
-struct ColumnPartials<kPacks, V, kBlock, true> {
+template <int kPacks, int V, int kBlock, int kSums>
+struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
   static_assert(V % 4 == 0, "packs of whole float4s");
   static constexpr int Q = V / 4;
   __device__ static float4& at(int which, int p, int q) {
@@ -348,7 +382,7 @@ struct ColumnPartials<kPacks, V, kBlock, true> {
   }
   __device__ ColumnPartials() {
 #pragma unroll
-    for (int w = 0; w < 2; ++w)
+    for (int w = 0; w < kSums; ++w)
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
 #pragma unroll
@@ -357,7 +391,7 @@ struct ColumnPartials<kPacks, V, kBlock, true> {
   __device__ void get(int p, float (&gp)[V], float (&bp)[V]) const {
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
-      const float4 a = at(0, p, q), c = at(1, p, q);
+      const float4 a = at(0, p, q), c = kSums == 2 ? at(1, p, q) : make_float4(0.f, 0.f, 0.f, 0.f);
       gp[4 * q] = a.x, gp[4 * q + 1] = a.y, gp[4 * q + 2] = a.z, gp[4 * q + 3] = a.w;
       bp[4 * q] = c.x, bp[4 * q + 1] = c.y, bp[4 * q + 2] = c.z, bp[4 * q + 3] = c.w;
     }
@@ -366,7 +400,7 @@ struct ColumnPartials<kPacks, V, kBlock, true> {
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
       at(0, p, q) = make_float4(gp[4 * q], gp[4 * q + 1], gp[4 * q + 2], gp[4 * q + 3]);
-      at(1, p, q) = make_float4(bp[4 * q], bp[4 * q + 1], bp[4 * q + 2], bp[4 * q + 3]);
+      if constexpr (kSums == 2) at(1, p, q) = make_float4(bp[4 * q], bp[4 * q + 1], bp[4 * q + 2], bp[4 * q + 3]);
     }
   }
 };
@@ -385,7 +419,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   const int64_t stride = workers * kRowsPerCta;
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
   row_reduce_init<kCluster>(red);
-  ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>()> parts;
+  ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>(), Op::kColumnSums> parts;
 
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
   constexpr bool kOnce = one_shot_bwd<Op, kBlock, kPacks, kCluster>();  // one pass: no loop state kept live
@@ -430,7 +464,8 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     }
   }
 
-  if constexpr (Op::kColumnSums) {
+  if constexpr (Op::kColumnSums > 0) {
+    constexpr bool kBias = Op::kColumnSums == 2;
     float* out = workspace + (static_cast<int64_t>(blockIdx.y) * ws_rows + worker) * 2 * cols;
     if constexpr (kRowsPerCta == 1) {
 #pragma unroll
@@ -442,14 +477,14 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
 #pragma unroll
           for (int i = 0; i < V; ++i) {
             out[col + i] = gp[i];
-            out[cols + col + i] = bp[i];
+            if constexpr (kBias) out[cols + col + i] = bp[i];
           }
         }
       }
     } else {
       // Several rows per CTA: sum the row slots' partials in shared memory, in slot order.
       constexpr int kSpan = kTPR * kPacks * V;  // columns one slot covers
-      __shared__ float buf[2][kRowsPerCta][kSpan];
+      __shared__ float buf[Op::kColumnSums][kRowsPerCta][kSpan];
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
         float gp[V], bp[V];
@@ -458,7 +493,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
         for (int i = 0; i < V; ++i) {
           const int e = (p * kTPR + t) * V + i;
           buf[0][slot][e] = gp[i];
-          buf[1][slot][e] = bp[i];
+          if constexpr (kBias) buf[1][slot][e] = bp[i];
         }
       }
       __syncthreads();
@@ -466,10 +501,10 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
         float sg = 0.f, sb = 0.f;
         for (int k = 0; k < kRowsPerCta; ++k) {
           sg += buf[0][k][e];
-          sb += buf[1][k][e];
+          if constexpr (kBias) sb += buf[1][k][e];
         }
         out[e] = sg;
-        out[cols + e] = sb;
+        if constexpr (kBias) out[cols + e] = sb;
       }
     }
   }
@@ -527,10 +562,11 @@ __global__ void __launch_bounds__(256) column_sums_kernel(Op op, int64_t rows_pe
   out[cols + col] = sb;
 }
 
-// dscale[g, c] / dbias[g, c] = sum over the workers' partials, in a fixed order.
+// dscale[g, c] / dbias[g, c] = sum over the workers' partials, in a fixed order (dbias = 0
+// where the op sums the scale's alone, sums == 1).
 constexpr int kPartialSlices = 16;
 __global__ void reduce_partials_kernel(const float* workspace, int64_t ws_rows, int64_t workers, int64_t cols,
-                                       float* dscale, float* dbias);
+                                       int sums, float* dscale, float* dbias);
 
 // Picks the kernel for a row width from the op's register budget.
 template <class Op>

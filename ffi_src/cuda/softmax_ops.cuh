@@ -216,7 +216,13 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   }
 
   template <int N>
-  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r) const {
+  struct Params {};
+  static constexpr int kParamFloats = 0;
+  template <int N>
+  __device__ void load_params(int64_t, Params<N>&) const {}
+
+  template <int N>
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r, const Params<N>*) const {
     float out[N];
     // Branches per pack, not per element: without a mask every element is kept.
     if (mask == nullptr) {
@@ -249,7 +255,7 @@ template <class T, bool kMasked>
 struct SoftmaxBwdOp {
   using Type = T;
   using RowType = T;  // y
-  static constexpr bool kColumnSums = false;
+  static constexpr int kColumnSums = 0;
   static constexpr bool kFitsTwice = !kMasked;
   static constexpr TileBudget kBudget = kSoftmaxBackwardBudget;
 
