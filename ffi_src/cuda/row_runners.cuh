@@ -37,6 +37,11 @@ struct FwdRunner {
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
+    if constexpr (early_params<Op, kBlock, kPacks>() && kCluster == 1) {
+      auto early = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
+      static const int early_resident = resident_workers(early, kBlock, kCluster);
+      if (needed <= early_resident) return launch(early, dim3(needed), dim3(kBlock), 1, stream, what, op, rows, cols);
+    }
     const int64_t workers = one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>()
                                 ? std::min<int64_t>(needed, kMaxGridX / kCluster)
                                 : std::min<int64_t>(needed, resident);

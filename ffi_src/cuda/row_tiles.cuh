@@ -134,17 +134,19 @@ constexpr int min_ctas_per_sm() {
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
-// What store() needs beyond the row (the norms' scale and bias, Op::Params) is loaded for all of
-// a thread's packs beside x, before the row's reduction. Loaded in store(), after the previous
-// pack's store (which the compiler cannot move a load across), each pack waited for its own
-// memory round trip after the reduction: kPacks of them in a row. Knob for A/B runs:
-// -DJAXNORM_EARLY_PARAMS=0 loads them in the store loop.
+// What store() needs beyond the row (the norms' scale and bias, Op::Params) is loaded in store(),
+// after the previous pack's store, which the compiler cannot move a load across: each pack waits
+// for its own memory round trip after the row's reduction, kPacks of them in a row. A launch of
+// one wave (a small batch), where that chain is the kernel's time, takes the kernel variant
+// kEarly that loads them for all of a thread's packs beside x, before the reduction: bf16 norms
+// 0.4-0.6 us faster at 1-512 rows (LayerNorm 8 x 768 2.59 -> 2.21 us). Its registers (LayerNorm
+// 56 -> 114 a thread) cost larger launches 7-18% (results/h100-rows.md, v13). Only where the
+// tile's register cap leaves room beside the held row (Op::kParamFloats floats a column, ~32
+// registers of addresses and temporaries), in tiles of up to 4 packs; the wide tiles spilled.
+// Knob for A/B runs: -DJAXNORM_EARLY_PARAMS=0 never takes it.
 #ifndef JAXNORM_EARLY_PARAMS
 #define JAXNORM_EARLY_PARAMS 1
 #endif
-// Only where the tile's register cap leaves room beside the held row (Op::kParamFloats floats a
-// column, ~32 registers of addresses and temporaries) in tiles of up to 4 packs: bf16 RMSNorm's up
-// to 256 threads, LayerNorm's up to 128. The wide tiles spilled.
 template <class Op, int kBlock, int kPacks>
 constexpr bool early_params() {
   constexpr int V = kVecOf<typename Op::Type>;
@@ -154,13 +156,12 @@ constexpr bool early_params() {
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
 }
 
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kEarlyParams = false>
 __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;
   constexpr int kRowsPerCta = kBlock / kTPR;
-  constexpr bool kEarlyParams = early_params<Op, kBlock, kPacks>();
   __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
