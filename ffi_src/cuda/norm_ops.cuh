@@ -147,8 +147,8 @@ struct NormFwdOp {
     return r;
   }
 
-  // What store() takes beyond the row: the scale of N columns, and LayerNorm's bias, loaded early
-  // (p) or, where p is null, in store(). RMSNorm's jaxnorm.rms_norm has no bias, so its registers
+  // What store() takes beyond the row: the scale of N columns, and LayerNorm's bias, loaded beside
+  // x (`early`) or, where `early` is null, in store(). RMSNorm's jaxnorm.rms_norm has no bias, so its registers
   // hold none; a bias given to the handler anyway is loaded in store().
   template <int N>
   struct Params {

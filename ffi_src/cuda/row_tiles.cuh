@@ -138,7 +138,7 @@ constexpr int min_ctas_per_sm() {
 // after the previous pack's store, which the compiler cannot move a load across: each pack waits
 // for its own memory round trip after the row's reduction, kPacks of them in a row. A launch of
 // one wave (a small batch), where that chain is the kernel's time, takes the kernel variant
-// kEarly that loads them for all of a thread's packs beside x, before the reduction: bf16 norms
+// kEarlyParams that loads them for all of a thread's packs beside x, before the reduction: bf16 norms
 // 0.4-0.6 us faster at 1-512 rows (LayerNorm 8 x 768 2.59 -> 2.21 us). Its registers (LayerNorm
 // 56 -> 114 a thread) cost larger launches 7-18% (results/h100-rows.md, v13). Only where the
 // tile's register cap leaves room beside the held row (Op::kParamFloats floats a column, ~32
