@@ -161,34 +161,22 @@ struct NormFwdOp {
     if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b);
   }
 
-  // y's pack at col, from the row's values; write() stores it. The row kernel computes a group of
-  // packs before storing any (kDeferStores), so their parameter loads are in flight together.
-  static constexpr bool kDeferStores = true;
   template <int N>
-  __device__ void output(int64_t col, const float (&v)[N], Row r, const Params<N>* early, Pack<T, N>& out) const {
+  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r, const Params<N>* early) const {
     Params<N> late;
     if (early == nullptr) load_params(col, late);
     const Params<N>& p = early ? *early : late;
+    float out[N];
     if constexpr (kCentered) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) out.v[i] = from_float<T>(norm_apply(v[i], r.mean, r.rstd, p.g[i], p.b[i]));
+      for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, p.g[i], p.b[i]);
     } else {
       float b[N];
       load_param<N>(beta, has_bias, 0.f, col, b);
 #pragma unroll
-      for (int i = 0; i < N; ++i) out.v[i] = from_float<T>(v[i] * r.rstd * p.g[i] + b[i]);  // norm_apply with the mean 0
+      for (int i = 0; i < N; ++i) out[i] = v[i] * r.rstd * p.g[i] + b[i];  // norm_apply with the mean 0
     }
-  }
-  template <int N>
-  __device__ void write(int64_t row, int64_t col, const Pack<T, N>& out) const {
-    *reinterpret_cast<Pack<T, N>*>(y + row * cols + col) = out;
-  }
-
-  template <int N>
-  __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r, const Params<N>* early) const {
-    Pack<T, N> out;
-    output(col, v, r, early, out);
-    write(row, col, out);
+    store_pack<T, N>(y + row * cols + col, out);
   }
 };
 
@@ -200,7 +188,6 @@ template <class T, class R, class H, bool kCentered>
 struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   using Base = NormFwdOp<T, kCentered>;
   static constexpr bool kCanHoldRaw = false;  // the row held is h, not x as loaded
-  static constexpr bool kDeferStores = false;  // store() writes h as well as y
   static constexpr TileBudget kBudget = kForwardBudget;  // h is held as floats: 64 registers of 8 packs
 
   const R* residual;

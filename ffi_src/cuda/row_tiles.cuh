@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "common/stats.h"
 #include "cuda/device_types.cuh"
@@ -157,25 +156,6 @@ constexpr bool early_params() {
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
 }
 
-// An op whose store() loads parameters (Op::kDeferStores: the norms) has every pack's output
-// computed before any is stored, since a load may not move above an earlier store that could
-// alias it: one parameter round trip a pack after the reduction, in a row, otherwise. Knob for
-// A/B runs: -DJAXNORM_FWD_DEFER_STORES=0 stores each pack as it is computed.
-#ifndef JAXNORM_FWD_DEFER_STORES
-#define JAXNORM_FWD_DEFER_STORES 1
-#endif
-#ifndef JAXNORM_FWD_STORE_GROUP
-#define JAXNORM_FWD_STORE_GROUP 2
-#endif
-template <class Op, class = void>
-struct HasDeferStores : std::false_type {};
-template <class Op>
-struct HasDeferStores<Op, std::void_t<decltype(Op::kDeferStores)>> : std::bool_constant<Op::kDeferStores> {};
-template <class Op>
-constexpr bool defers_stores() {
-  return JAXNORM_FWD_DEFER_STORES != 0 && HasDeferStores<Op>::value;
-}
-
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kEarlyParams = false>
 __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
@@ -217,37 +197,15 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
     }();
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, iter);
     const auto r = op.finalize(s, mine, row, row_ok && t == 0);
-    if constexpr (defers_stores<Op>()) {
-      constexpr int G = kPacks < JAXNORM_FWD_STORE_GROUP ? kPacks : JAXNORM_FWD_STORE_GROUP;
 #pragma unroll
-      for (int g = 0; g < kPacks; g += G) {
-        Pack<T, V> out[G];
-#pragma unroll
-        for (int q = 0; q < G; ++q) {
-          const int p = g + q;
-          if (ok[p]) {
-            if constexpr (holds_raw<Op, kPacks>()) {
-              unpack_again(raw[p], v[p]);
-              op.from_held(v[p], r);
-            }
-            op.output(pack_col<kTPR, kCluster, V>(p, t), v[p], r, kEarlyParams ? &prm[p] : nullptr, out[q]);
-          }
+    for (int p = 0; p < kPacks; ++p) {
+      if (ok[p]) {
+        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+        if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
+          unpack_again(raw[p], v[p]);
+          op.from_held(v[p], r);
         }
-#pragma unroll
-        for (int q = 0; q < G; ++q)
-          if (ok[g + q]) op.write(row, pack_col<kTPR, kCluster, V>(g + q, t), out[q]);
-      }
-    } else {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        if (ok[p]) {
-          const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
-          if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
-            unpack_again(raw[p], v[p]);
-            op.from_held(v[p], r);
-          }
-          op.store(row, col, v[p], r, kEarlyParams ? &prm[p] : nullptr);
-        }
+        op.store(row, col, v[p], r, kEarlyParams ? &prm[p] : nullptr);
       }
     }
   }
