@@ -29,6 +29,8 @@ int main() {
              {"forward 16-bit", kForwardBudget, 2},
              {"held-row forward f32", kHeldRowForwardBudget, 4},
              {"held-row forward 16-bit", kHeldRowForwardBudget, 2},
+             {"RMSNorm forward f32", kRmsNormForwardBudget, 4},
+             {"RMSNorm forward 16-bit", kRmsNormForwardBudget, 2},
              {"norm backward f32", norm_backward_budget(4), 4},
              {"norm backward 16-bit", norm_backward_budget(2), 2},
              {"softmax backward f32", kSoftmaxBackwardBudget, 4},
