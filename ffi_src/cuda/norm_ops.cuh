@@ -20,17 +20,6 @@ template <int N>
 __device__ __forceinline__ void load_param(const float* p, bool present, float absent, int64_t col,
                                            float (&out)[N]) {
   if (present) {
-#if defined(JAXNORM_FWD_L1_POLICY) && JAXNORM_FWD_L1_POLICY >= 2
-    if constexpr (N % 4 == 0) {
-#pragma unroll
-      for (int q = 0; q < N / 4; ++q) {
-        float4 f;
-        *reinterpret_cast<Pack<float, 4>*>(&f) = load_raw_l1<L1Policy::kEvictLast, float, 4>(p + col + 4 * q);
-        out[4 * q] = f.x, out[4 * q + 1] = f.y, out[4 * q + 2] = f.z, out[4 * q + 3] = f.w;
-      }
-      return;
-    }
-#endif
     load_pack<float, N>(p + col, out);
   } else {
 #pragma unroll
@@ -48,8 +37,9 @@ struct NormFwdOp {
   using Type = T;
   using Stats = std::conditional_t<kCentered, Welford, float>;
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
+  // Clusters of 16 one-shot only where that measured faster (tile_choice.h).
   static constexpr TileBudget kBudget =
-      kCentered && sizeof(T) == 2 ? kHeldRowForwardBudget : kRmsNormForwardBudget;
+      kCentered && sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget;
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
 
@@ -169,10 +159,6 @@ struct NormFwdOp {
   static constexpr int kParamFloats = kCentered ? 2 : 1;
   template <int N>
   __device__ void load_params(int64_t col, Params<N>& p) const {
-#if defined(JAXNORM_AB_NO_PARAMS)  // diagnostic build (wrong outputs): what the parameter loads cost
-    for (int i = 0; i < N; ++i) p.g[i] = 1.f, p.b[i % (kCentered ? N : 1)] = 0.f;
-    return;
-#endif
     load_param<N>(gamma, has_scale, 1.f, col, p.g);
     if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b);
   }

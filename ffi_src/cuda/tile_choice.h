@@ -44,16 +44,17 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
 // cluster tiles take QuACK's shape: 256-thread CTAs of 8 packs, three a SM (row_tiles.cuh), up to
 // clusters of 8. Against 512-thread CTAs of 4 packs: bf16 RMSNorm forward 32768-131072 2-12%
 // and LayerNorm 4-7% faster; softmax and log-softmax 2-6%, float32 softmax 3-6%; persistent, the
-// same tile lost 9-30% at 131072-262144 (results/h100-rows.md, v11). Clusters of 16 (262144
-// bf16 columns) take it one-shot too: softmax, log-softmax and LayerNorm forwards 0.97, 0.94 and
-// 0.93x the time of persistent 512-thread CTAs of 4 packs, but RMSNorm's 1.04x, so its forward
-// keeps those (kRmsNormForwardBudget; results/h100-rows.md, v14). Knob for A/B runs:
+// same tile lost 9-30% at 131072-262144 (results/h100-rows.md, v11). Clusters of 16 take it
+// one-shot too (262144 bf16 columns, 131072 float32): bf16 softmax, log-softmax and LayerNorm
+// forwards 0.97-0.98, 0.94-0.95 and 0.93-0.96x the time of persistent 512-thread CTAs of 4 packs
+// (two calls), float32 softmax 0.90x; but RMSNorm's 1.04x and float32 LayerNorm's 1.03x, so those keep clusters of 16
+// persistent (kHeldRowPersistent16Budget; results/h100-rows.md, v14). Knob for A/B runs:
 // -DJAXNORM_HELD_ONE_SHOT_CLUSTER=8 keeps every cluster of 16 persistent.
 #ifndef JAXNORM_HELD_ONE_SHOT_CLUSTER
 #define JAXNORM_HELD_ONE_SHOT_CLUSTER 16
 #endif
 constexpr TileBudget kHeldRowForwardBudget{4, 512, 8, 64, 512, false, JAXNORM_HELD_ONE_SHOT_CLUSTER, 256, 8};
-constexpr TileBudget kRmsNormForwardBudget{4, 512, 8, 64, 512, false, 8, 256, 8};
+constexpr TileBudget kHeldRowPersistent16Budget{4, 512, 8, 64, 512, false, 8, 256, 8};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
 // with 512-thread CTAs, 69-71% with two 256-thread CTAs in a cluster: results/NOTES.md). Each CTA
