@@ -107,23 +107,6 @@ __device__ __forceinline__ Pack<T, N> load_raw_nc(const T* p) {
   return pk;
 }
 
-// EXPERIMENT (JAXNORM_FWD_L1_POLICY): one 16-byte pack with an L1 cache policy.
-enum class L1Policy { kNoAllocate, kEvictLast };
-template <L1Policy kPolicy, class T, int N>
-__device__ __forceinline__ Pack<T, N> load_raw_l1(const T* p) {
-  static_assert(sizeof(Pack<T, N>) == 16, "one 16-byte access");
-  uint4 u;
-  if constexpr (kPolicy == L1Policy::kNoAllocate)
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
-  else
-    asm volatile("ld.global.nc.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
-  Pack<T, N> pk;
-  *reinterpret_cast<uint4*>(&pk) = u;
-  return pk;
-}
-
 // The same as floats.
 template <class T, int N>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {

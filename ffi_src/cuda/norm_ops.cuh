@@ -20,17 +20,6 @@ template <int N>
 __device__ __forceinline__ void load_param(const float* p, bool present, float absent, int64_t col,
                                            float (&out)[N]) {
   if (present) {
-#if defined(JAXNORM_FWD_L1_POLICY) && JAXNORM_FWD_L1_POLICY >= 2
-    if constexpr (N % 4 == 0) {
-#pragma unroll
-      for (int q = 0; q < N / 4; ++q) {
-        float4 f;
-        *reinterpret_cast<Pack<float, 4>*>(&f) = load_raw_l1<L1Policy::kEvictLast, float, 4>(p + col + 4 * q);
-        out[4 * q] = f.x, out[4 * q + 1] = f.y, out[4 * q + 2] = f.z, out[4 * q + 3] = f.w;
-      }
-      return;
-    }
-#endif
     load_pack<float, N>(p + col, out);
   } else {
 #pragma unroll

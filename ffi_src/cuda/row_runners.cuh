@@ -34,11 +34,6 @@ struct FwdRunner {
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
     auto kernel = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    if constexpr (JAXNORM_FWD_CARVEOUT > 0 && Op::kParamFloats > 0) {
-      static const cudaError_t carve =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, JAXNORM_FWD_CARVEOUT);
-      (void)carve;
-    }
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);

@@ -156,15 +156,6 @@ constexpr bool early_params() {
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
 }
 
-// EXPERIMENT: x read past L1 (1), and the parameters kept there (2); a small shared-memory
-// carveout for the norm forwards, so L1 can hold their parameters (JAXNORM_FWD_CARVEOUT).
-#ifndef JAXNORM_FWD_L1_POLICY
-#define JAXNORM_FWD_L1_POLICY 0
-#endif
-#ifndef JAXNORM_FWD_CARVEOUT
-#define JAXNORM_FWD_CARVEOUT 0
-#endif
-
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kEarlyParams = false>
 __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
@@ -189,10 +180,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
       if (ok[p]) {
-        if constexpr (JAXNORM_FWD_L1_POLICY >= 1 && Op::kParamFloats > 0 && sizeof(Pack<T, V>) == 16)
-          raw[p] = load_raw_l1<L1Policy::kNoAllocate, T, V>(op.x + row * cols + col);
-        else
-          raw[p] = load_raw<T, V>(op.x + row * cols + col);
+        raw[p] = load_raw<T, V>(op.x + row * cols + col);
         if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
         else op.convert(row, col, raw[p], v[p]);
       }
