@@ -46,10 +46,10 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
 // and LayerNorm 4-7% faster; softmax and log-softmax 2-6%, float32 softmax 3-6%; persistent, the
 // same tile lost 9-30% at 131072-262144 (results/h100-rows.md, v11). Clusters of 16 take it
 // one-shot too (262144 bf16 columns, 131072 float32): bf16 softmax, log-softmax and LayerNorm
-// forwards 0.97-0.98, 0.94-0.95 and 0.93-0.96x the time of persistent 512-thread CTAs of 4 packs
-// (two calls), float32 softmax 0.90x; but RMSNorm's 1.04x and float32 LayerNorm's 1.03x, so those keep clusters of 16
-// persistent (kHeldRowPersistent16Budget; results/h100-rows.md, v14). Knob for A/B runs:
-// -DJAXNORM_HELD_ONE_SHOT_CLUSTER=8 keeps every cluster of 16 persistent.
+// forwards 0.97-0.98, 0.94-0.95 and 0.93-0.96x the time of persistent 512-thread CTAs of 4
+// packs (two calls), float32 softmax 0.90x; but RMSNorm 1.04x and float32 LayerNorm 1.03x, so
+// those keep clusters of 16 persistent (kHeldRowPersistent16Budget; results/h100-rows.md, v14).
+// Knob for A/B runs: -DJAXNORM_HELD_ONE_SHOT_CLUSTER=8 keeps every cluster of 16 persistent.
 #ifndef JAXNORM_HELD_ONE_SHOT_CLUSTER
 #define JAXNORM_HELD_ONE_SHOT_CLUSTER 16
 #endif
