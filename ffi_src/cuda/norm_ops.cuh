@@ -150,8 +150,8 @@ struct NormFwdOp {
   }
 
   // What store() takes beyond the row: the scale of N columns, and LayerNorm's bias, loaded beside
-  // x (`early`) or, where `early` is null, in store(). RMSNorm's jaxnorm.rms_norm has no bias, so its registers
-  // hold none; a bias given to the handler anyway is loaded in store().
+  // x (`early`) or, where `early` is null, in store(). jaxnorm.rms_norm has no bias, so RMSNorm's
+  // registers hold none; a bias given to the handler anyway is loaded in store().
   template <int N>
   struct Params {
     float g[N], b[kCentered ? N : 1];
