@@ -152,6 +152,54 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
   *reinterpret_cast<Pack<T, N>*>(p) = pk;
 }
 
+// Split packs: a 16-bit pack of 8 columns read and written as two 4-column halves 128 columns
+// apart. The packs of a warp covering 256 consecutive columns then hold columns 4l..4l+3 and
+// 128+4l..128+4l+3 in lane l, so each half's float32 parameters (16 bytes a lane) are contiguous
+// across the warp; whole packs put a lane's 32 bytes of parameters at a 32-byte stride, and each
+// 16-byte load touches twice the sectors it uses. `col` below is the first half's column. Valid
+// where every 256-column segment of the row is whole: the halves permute the segment's packs.
+constexpr int kSplitGap = 128;
+
+template <class T, int N>
+__device__ __forceinline__ Pack<T, N> load_raw_split(const T* p, bool split) {
+  if constexpr (N % 2 == 0) {
+    if (split) {
+      const Pack<T, N / 2> a = load_raw<T, N / 2>(p), b = load_raw<T, N / 2>(p + kSplitGap);
+      Pack<T, N> pk;
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) {
+        pk.v[i] = a.v[i];
+        pk.v[N / 2 + i] = b.v[i];
+      }
+      return pk;
+    }
+  }
+  return load_raw<T, N>(p);
+}
+
+template <class T, int N>
+__device__ __forceinline__ void load_pack_split(const T* p, bool split, float (&out)[N]) {
+  unpack(load_raw_split<T, N>(p, split), out);
+}
+
+template <class T, int N>
+__device__ __forceinline__ void store_pack_split(T* p, bool split, const float (&in)[N]) {
+  if constexpr (N % 2 == 0) {
+    if (split) {
+      float a[N / 2], b[N / 2];
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) {
+        a[i] = in[i];
+        b[i] = in[N / 2 + i];
+      }
+      store_pack<T, N / 2>(p, a);
+      store_pack<T, N / 2>(p + kSplitGap, b);
+      return;
+    }
+  }
+  store_pack<T, N>(p, in);
+}
+
 template <int N>
 __device__ __forceinline__ void load_mask(const bool* p, bool (&out)[N]) {
   const Pack<bool, N> pk = *reinterpret_cast<const Pack<bool, N>*>(p);

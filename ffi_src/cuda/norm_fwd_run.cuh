@@ -33,11 +33,19 @@ NormFwdOp<T, kCentered> norm_fwd_op(const ffi::AnyBuffer& x, ffi::Result<ffi::An
 }
 
 // `aligned`: whether the op's other rows (the residual-add's r and h) are 16-byte aligned too.
+// Split packs (device_types.cuh) from this width: below it each CTA's parameters stay in L1
+// across its rows. Knob for A/B runs.
+#ifndef JAXNORM_SPLIT_PACK_COLS
+#define JAXNORM_SPLIT_PACK_COLS 16384
+#endif
+
 template <class Op>
-ffi::Error run_norm_fwd(const Op& op, Rows s, bool aligned, cudaStream_t stream, const char* what) {
+ffi::Error run_norm_fwd(Op op, Rows s, bool aligned, cudaStream_t stream, const char* what) {
   using T = typename Op::Type;
   const bool vec = aligned && s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) &&
                    aligned16(op.gamma) && aligned16(op.beta);
+  if constexpr (SplitsPacks<Op>::value)
+    op.split = vec && s.cols % 256 == 0 && s.cols >= JAXNORM_SPLIT_PACK_COLS && (op.gamma || op.beta);
   const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
   FwdRunner<Op> runner{op, s.rows, s.cols, stream, what};
   return run_choice<Op>(c, runner);

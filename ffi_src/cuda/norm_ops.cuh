@@ -15,12 +15,13 @@
 
 namespace jaxnorm {
 
-// N consecutive columns of a float32 parameter, or `absent` where there is none.
+// The N columns of a pack of a float32 parameter (`split`: load_raw_split()'s), or `absent`
+// where there is none.
 template <int N>
 __device__ __forceinline__ void load_param(const float* p, bool present, float absent, int64_t col,
-                                           float (&out)[N]) {
+                                           float (&out)[N], bool split = false) {
   if (present) {
-    load_pack<float, N>(p + col, out);
+    load_pack_split<float, N>(p + col, split, out);
   } else {
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = absent;
@@ -42,6 +43,8 @@ struct NormFwdOp {
       kCentered && sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget;
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
+  // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.
+  static constexpr bool kSplitPacks = sizeof(T) == 2;
 
   const T* x;
   T* y;
@@ -52,6 +55,11 @@ struct NormFwdOp {
   int64_t cols;
   float eps;
   bool has_scale, has_bias;
+  bool split = false;  // set by run_norm_fwd where the row's packs may be split
+#ifndef JAXNORM_SPLIT_MODE
+#define JAXNORM_SPLIT_MODE 2
+#endif
+  __device__ bool splits() const { return JAXNORM_SPLIT_MODE == 2 ? split : JAXNORM_SPLIT_MODE == 1; }
 
   __device__ static Stats identity() {
     if constexpr (kCentered) return welford_identity();
@@ -159,8 +167,8 @@ struct NormFwdOp {
   static constexpr int kParamFloats = kCentered ? 2 : 1;
   template <int N>
   __device__ void load_params(int64_t col, Params<N>& p) const {
-    load_param<N>(gamma, has_scale, 1.f, col, p.g);
-    if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b);
+    load_param<N>(gamma, has_scale, 1.f, col, p.g, splits());
+    if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b, splits());
   }
 
   template <int N>
@@ -174,11 +182,11 @@ struct NormFwdOp {
       for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, p.g[i], p.b[i]);
     } else {
       float b[N];
-      load_param<N>(beta, has_bias, 0.f, col, b);
+      load_param<N>(beta, has_bias, 0.f, col, b, splits());
 #pragma unroll
       for (int i = 0; i < N; ++i) out[i] = v[i] * r.rstd * p.g[i] + b[i];  // norm_apply with the mean 0
     }
-    store_pack<T, N>(y + row * cols + col, out);
+    store_pack_split<T, N>(y + row * cols + col, splits(), out);
   }
 };
 
@@ -190,6 +198,7 @@ template <class T, class R, class H, bool kCentered>
 struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   using Base = NormFwdOp<T, kCentered>;
   static constexpr bool kCanHoldRaw = false;  // the row held is h, not x as loaded
+  static constexpr bool kSplitPacks = false;  // r and h are read and written whole
   static constexpr TileBudget kBudget = kForwardBudget;  // h is held as floats: 64 registers of 8 packs
 
   const R* residual;

@@ -108,6 +108,13 @@ __device__ __forceinline__ int64_t pack_col(int p, int t) {
   return (static_cast<int64_t>(p) * kTPR * kCluster + t) * V;
 }
 
+// Whether an op's packs may be split (device_types.cuh: load_raw_split): ops that say so in
+// kSplitPacks and then read `op.split`.
+template <class Op, class = void>
+struct SplitsPacks : std::false_type {};
+template <class Op>
+struct SplitsPacks<Op, std::void_t<decltype(Op::kSplitPacks)>> : std::bool_constant<Op::kSplitPacks> {};
+
 // ---------------------------------------------------------------------------------------------
 // Forward: statistics of x, then y from registers.
 // An op that can (the norms) holds a 16-bit row as loaded: its statistics convert each element
@@ -166,6 +173,18 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
+  // A split pack's first half (device_types.cuh) starts 4 columns a lane before the whole pack's
+  // column, which is the column the ops take; whole warps a row only. The thread's first column
+  // is the one variable, so that every pack's addresses remain one base and an immediate offset
+  // (computed signed, ptxas kept an address a pack and spilled them).
+  bool split = false;
+  if constexpr (SplitsPacks<Op>::value && kTPR % 32 == 0) split = op.splits();
+  const unsigned lane = threadIdx.x % 32, first = static_cast<unsigned>(t) * V;
+  const unsigned col0 = split ? first - lane * (V / 2) : first;
+  const auto col_of = [&](int p) -> int64_t {
+    if constexpr (SplitsPacks<Op>::value) return pack_col<kTPR, kCluster, V>(p, 0) + col0;
+    else return pack_col<kTPR, kCluster, V>(p, t);
+  };
   row_reduce_init<kCluster>(red);
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
   for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, ++iter) {
@@ -177,10 +196,10 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
     typename Op::template Params<V> prm[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+      const int64_t col = col_of(p);
       ok[p] = row_ok && col < cols;
       if (ok[p]) {
-        raw[p] = load_raw<T, V>(op.x + row * cols + col);
+        raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
         if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
         else op.convert(row, col, raw[p], v[p]);
       }
@@ -188,7 +207,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
     if constexpr (kEarlyParams) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
-        if (ok[p]) op.load_params(pack_col<kTPR, kCluster, V>(p, t), prm[p]);
+        if (ok[p]) op.load_params(col_of(p), prm[p]);
     }
     prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = [&] {
@@ -200,7 +219,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (ok[p]) {
-        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+        const int64_t col = col_of(p);
         if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
           unpack_again(raw[p], v[p]);
           op.from_held(v[p], r);
