@@ -55,11 +55,7 @@ struct NormFwdOp {
   int64_t cols;
   float eps;
   bool has_scale, has_bias;
-  bool split = false;  // set by run_norm_fwd where the row's packs may be split
-#ifndef JAXNORM_SPLIT_MODE
-#define JAXNORM_SPLIT_MODE 2
-#endif
-  __device__ bool splits() const { return JAXNORM_SPLIT_MODE == 2 ? split : JAXNORM_SPLIT_MODE == 1; }
+  bool split = false;  // whether the row's packs are split: run_norm_fwd, tile_fwd_kernel
 
   __device__ static Stats identity() {
     if constexpr (kCentered) return welford_identity();
@@ -167,8 +163,8 @@ struct NormFwdOp {
   static constexpr int kParamFloats = kCentered ? 2 : 1;
   template <int N>
   __device__ void load_params(int64_t col, Params<N>& p) const {
-    load_param<N>(gamma, has_scale, 1.f, col, p.g, splits());
-    if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b, splits());
+    load_param<N>(gamma, has_scale, 1.f, col, p.g, split);
+    if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b, split);
   }
 
   template <int N>
@@ -182,11 +178,11 @@ struct NormFwdOp {
       for (int i = 0; i < N; ++i) out[i] = norm_apply(v[i], r.mean, r.rstd, p.g[i], p.b[i]);
     } else {
       float b[N];
-      load_param<N>(beta, has_bias, 0.f, col, b, splits());
+      load_param<N>(beta, has_bias, 0.f, col, b, split);
 #pragma unroll
       for (int i = 0; i < N; ++i) out[i] = v[i] * r.rstd * p.g[i] + b[i];  // norm_apply with the mean 0
     }
-    store_pack_split<T, N>(y + row * cols + col, splits(), out);
+    store_pack_split<T, N>(y + row * cols + col, split, out);
   }
 };
 

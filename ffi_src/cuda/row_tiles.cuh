@@ -178,7 +178,10 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
   // is the one variable, so that every pack's addresses remain one base and an immediate offset
   // (computed signed, ptxas kept an address a pack and spilled them).
   bool split = false;
-  if constexpr (SplitsPacks<Op>::value && kTPR % 32 == 0) split = op.splits();
+  if constexpr (SplitsPacks<Op>::value) {
+    if constexpr (kTPR % 32 != 0) op.split = false;
+    split = op.split;
+  }
   const unsigned lane = threadIdx.x % 32, first = static_cast<unsigned>(t) * V;
   const unsigned col0 = split ? first - lane * (V / 2) : first;
   const auto col_of = [&](int p) -> int64_t {
