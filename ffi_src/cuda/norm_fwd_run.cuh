@@ -32,13 +32,13 @@ NormFwdOp<T, kCentered> norm_fwd_op(const ffi::AnyBuffer& x, ffi::Result<ffi::An
           has_bias};
 }
 
-// `aligned`: whether the op's other rows (the residual-add's r and h) are 16-byte aligned too.
-// Split packs (device_types.cuh) from this width: below it each CTA's parameters stay in L1
-// across its rows. Knob for A/B runs.
+// Split packs (device_types.cuh) from this width: at 1024-4096 columns they measured no faster
+// (results/h100-rows.md, v15). Knob for A/B runs.
 #ifndef JAXNORM_SPLIT_PACK_COLS
 #define JAXNORM_SPLIT_PACK_COLS 16384
 #endif
 
+// `aligned`: whether the op's other rows (the residual-add's r and h) are 16-byte aligned too.
 template <class Op>
 ffi::Error run_norm_fwd(Op op, Rows s, bool aligned, cudaStream_t stream, const char* what) {
   using T = typename Op::Type;
