@@ -349,6 +349,45 @@ def test_bias_is_sampling_the_float32_sum(dtype, bias_dtype, kw, rng):
         assert np.all(got[np.asarray(fin)] == 3)
 
 
+def _special_rows(rng, vocab, dtype):
+    """Rows that a GPU's one-read top-k path must hand to the general passes, or handle at an edge:
+    thousands of tokens tied at the top (its lists overflow), a constant row, NaN and -inf
+    scattered, fewer finite tokens than k, a +inf row, an all -inf row."""
+    rows = np.array(logits_of(rng, (8, vocab), F32))
+    rows[0, rng.choice(vocab, size=min(vocab, 3000), replace=False)] = 9.0
+    rows[1] = 1.25
+    rows[2, rng.random(vocab) < 0.3] = np.nan
+    rows[2, rng.random(vocab) < 0.3] = -np.inf
+    rows[3] = -np.inf
+    rows[3, rng.choice(vocab, size=20, replace=False)] = rng.normal(size=20)
+    rows[4, 7] = np.inf
+    rows[5] = -np.inf
+    return jnp.asarray(rows, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("vocab", [700, 40000, pytest.param(128256, marks=pytest.mark.wide)])
+def test_one_read_top_k_draws_the_general_paths_tokens(dtype, vocab, rng):
+    """Bit for bit: the sampler without a bias (on a GPU, rows with top-k first try the one-read
+    path, stream_select.cuh) against the same draw with a zero float32 bias (which on a GPU
+    always takes the general passes), for k up to and past a CTA's delegates (256 or 512
+    threads), with top-p and min-p, per-row parameters, special rows, and batches that take
+    either CTA size. On the CPU both run one handler."""
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    zero = jnp.zeros((vocab,), F32)
+    for rows in (8, 200):
+        x = logits_of(rng, (rows, vocab), DTYPES[dtype])
+        x = x.at[:8].set(_special_rows(rng, vocab, DTYPES[dtype]))
+        ks = jnp.asarray(rng.choice([0, 1, 2, 50, 256, 257, 600], size=rows), jnp.int32)
+        cases = [dict(top_k=50), dict(top_k=1), dict(top_k=256, top_p=0.9), dict(top_k=20, top_p=0.5, min_p=0.02),
+                 dict(top_k=ks), dict(top_k=ks, temperature=jnp.asarray(rng.uniform(0.0, 2.0, rows), F32))]
+        for kw in cases:
+            want = np.asarray(jaxnorm.sample(key, x, bias=zero, **kw))
+            got = np.asarray(jaxnorm.sample(key, x, **kw))
+            np.testing.assert_array_equal(got, want, err_msg=f"{rows} rows, {kw}")
+            assert np.all(got[5] == -1) and got[4] == 7
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kw", [dict(), dict(top_k=6), dict(top_p=0.7), dict(temperature=0.6, min_p=0.05)], ids=str)
 def test_bias_frequencies(dtype, kw, rng):

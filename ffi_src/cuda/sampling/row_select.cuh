@@ -36,8 +36,8 @@
 // row (kSample) writes its end_id and reads nothing.
 #pragma once
 
-#include "cuda/sampling/gather_select.cuh"
 #include "cuda/sampling/radix_select.cuh"
+#include "cuda/sampling/stream_select.cuh"
 
 namespace jaxnorm {
 namespace sampling {
@@ -51,10 +51,13 @@ constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 // once the finished-row test was in, 2 CTAs an SM. The filters and top_k of 256 threads keep
 // ptxas's choice (at 80 the filter with a bias spills). 512-thread CTAs (one an SM) say so: with
 // the sort's call in them and no bound, ptxas held one of them to 64 registers and spilled.
-template <class T, int kMode, bool kBias, int kThreads>
-__global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode == kSample ? 3 : 0)
+// kStream: the sampler that tries the one-read top-k path (stream_select.cuh) first, with the
+// chunks not copied into shared memory.
+template <class T, int kMode, bool kBias, int kThreads, bool kStream = false>
+__global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStream ? 2 : kMode == kSample ? 3 : 0)
     select_rows(const SelectArgs<T> a) {
   static_assert(!kBias || kMode != kTopK, "top_k takes no bias");
+  static_assert(!kStream || (kMode == kSample && !kBias), "the one-read path samples without a bias");
   using S = T;
   constexpr bool kSums = kHoldsSums<T, kBias>;
   extern __shared__ __align__(16) unsigned char dyn[];
@@ -91,6 +94,19 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
     auto logit = [&](int i) -> float { return add_bias ? to_float(src[i]) + gbias[i] : to_float(src[i]); };
     // The chunk's largest as the later passes need it: the samplers' value, top_k's key.
     float lmax = -INFINITY;
+    bool have_lmax = false;  // the one-read path computed it
+    if constexpr (kStream) {
+      const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
+                                     a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
+      if (a.vec && q.use_k && q.k <= kThreads) {
+        if (stream_draw<T, kThreads>(cl, sh, grow, n, c0, static_cast<uint32_t>(a.cols - 1), q,
+                                     cand + kCand, cand, static_cast<int32_t*>(a.out) + r,
+                                     rank == 0 && r + gridDim.y >= a.rows, lmax)) {
+          continue;
+        }
+        have_lmax = true;
+      }
+    }
     uint32_t kmax = 0;
     auto note = [&](float x) {
       if constexpr (kMode == kTopK) {
@@ -148,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kMode 
           note(to_float(v));
         }
       }
-    } else if (kMode != kTopK) {
+    } else if (kMode != kTopK && !have_lmax) {
       for (int i = threadIdx.x; i < n; i += kThreads) lmax = fmaxf(lmax, sampling_value(logit(i), false));
     }
     __syncthreads();

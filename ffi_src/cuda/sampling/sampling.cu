@@ -51,11 +51,11 @@ Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem, int cluster) {
 }
 
 // select_rows at one CTA size: its attributes, its cluster launch, and its resident clusters.
-template <class T, int kMode, bool kBias, int kThreads>
+template <class T, int kMode, bool kBias, int kThreads, bool kStream = false>
 struct Launch {
   static cudaError_t prepare(const Plan& p) {
-    cudaError_t e = allow_smem(select_rows<T, kMode, kBias, kThreads>, p.dyn_smem);
-    return e == cudaSuccess ? allow_cluster(select_rows<T, kMode, kBias, kThreads>, p.cluster) : e;
+    cudaError_t e = allow_smem(select_rows<T, kMode, kBias, kThreads, kStream>, p.dyn_smem);
+    return e == cudaSuccess ? allow_cluster(select_rows<T, kMode, kBias, kThreads, kStream>, p.cluster) : e;
   }
   static cudaLaunchConfig_t config(int64_t rows, const Plan& p, cudaStream_t stream, cudaLaunchAttribute* attr) {
     const dim3 grid(p.cluster, static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
@@ -66,7 +66,7 @@ struct Launch {
     if (e != cudaSuccess) return cuda_error(e, what);
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = config(a.rows, p, stream, &attr);
-    e = cudaLaunchKernelEx(&cfg, select_rows<T, kMode, kBias, kThreads>, a);
+    e = cudaLaunchKernelEx(&cfg, select_rows<T, kMode, kBias, kThreads, kStream>, a);
     if (e != cudaSuccess) return cuda_error(e, what);
     return last_launch_error(what);
   }
@@ -81,7 +81,7 @@ struct Launch {
     int n = 1;
     if (prepare(p) == cudaSuccess) {
       cudaLaunchAttribute attr;
-      n = active_clusters(select_rows<T, kMode, kBias, kThreads>, config(1, p, nullptr, &attr));
+      n = active_clusters(select_rows<T, kMode, kBias, kThreads, kStream>, config(1, p, nullptr, &attr));
     }
     cudaGetLastError();
     return known[key] = n;
@@ -129,28 +129,52 @@ int cluster_for_batch(const SelectArgs<T>& a, int64_t extra_smem) {
   return ceil_div(a.rows, resident_h) < ceil_div(a.rows, resident) ? h : c;
 }
 
-// 512-thread CTAs where the rows' clusters all fit at one CTA an SM (each pass is latency-bound
-// with 8 warps an SM), else 256 (up to 3 CTAs an SM).
-template <class T, int kMode, bool kBias = false>
-ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
-  if (a.rows == 0) return ffi::Error::Success();
-  // The delegate floor (gather_select.cuh) where rows queue for the SMs: same-call A/B at 39ad89e,
-  // top-k 50 and top-k 50 with top-p 0.9, 1-256 x 32000 and 128256: 5-10% faster at 64-256 rows
-  // (both dtypes, both vocabularies), 1-2% slower at batch 1 and at 8 x 32000 (its two barriers
-  // on a row's critical path), +2% at 8 x 128256.
-  a.delegate_floor = a.rows >= 64;
-  using Few = Launch<T, kMode, kBias, kThreadsFew>;
-  using Many = Launch<T, kMode, kBias, kThreadsMany>;
-  const Plan p = plan_rows<T>(&a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(a, extra_smem));
-  const bool few = a.rows * p.cluster <= device_facts().sms && a.rows <= Few::resident_rows(p);
-  return few ? Few::run(stream, a, p, what) : Many::run(stream, a, p, what);
-}
-
 // The A/B switch JAXNORM_SAMPLING_RADIX=1: thresholds by radix select only, no gather.
 bool radix_only() {
   static const bool on = std::getenv("JAXNORM_SAMPLING_RADIX") != nullptr;
   return on;
 }
+
+// A/B switch JAXNORM_SAMPLING_STREAM_CHUNK32=1: the one-read sampler in 32 KB chunks.
+bool stream_chunks32() {
+  static const bool on = std::getenv("JAXNORM_SAMPLING_STREAM_CHUNK32") != nullptr;
+  return on;
+}
+
+// The A/B switch JAXNORM_SAMPLING_NO_STREAM=1: no one-read top-k path.
+bool no_stream() {
+  static const bool on = std::getenv("JAXNORM_SAMPLING_NO_STREAM") != nullptr;
+  return on;
+}
+
+// 512-thread CTAs where the rows' clusters all fit at one CTA an SM (each pass is latency-bound
+// with 8 warps an SM), else 256 (up to 3 CTAs an SM).
+template <class T, int kMode, bool kBias = false, bool kStream = false>
+ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
+  if (a.rows == 0) return ffi::Error::Success();
+  if constexpr (kMode == kSample && !kBias && !kStream) {
+    // The sampler that tries the one-read top-k path first, with room for each CTA's list.
+    if (a.stream) return launch_select<T, kMode, false, true>(stream, a, extra_smem + kLocalCap * 8, what);
+  }
+  // The delegate floor (gather_select.cuh) where rows queue for the SMs: same-call A/B at 39ad89e,
+  // top-k 50 and top-k 50 with top-p 0.9, 1-256 x 32000 and 128256: 5-10% faster at 64-256 rows
+  // (both dtypes, both vocabularies), 1-2% slower at batch 1 and at 8 x 32000 (its two barriers
+  // on a row's critical path), +2% at 8 x 128256.
+  a.delegate_floor = a.rows >= 64;
+  using Few = Launch<T, kMode, kBias, kThreadsFew, kStream>;
+  using Many = Launch<T, kMode, kBias, kThreadsMany, kStream>;
+  int cluster = cluster_for_batch<T, kBias, Few, Many>(a, extra_smem);
+  if (kStream && stream_chunks32()) {
+    cluster = default_cluster(a.cols, sizeof(T));
+    while (cluster < kMaxCluster && a.rows * 2 * cluster <= device_facts().sms &&
+           a.cols >= 2 * kMinChunkElems * cluster)
+      cluster *= 2;
+  }
+  const Plan p = plan_rows<T>(&a, extra_smem, cluster);
+  const bool few = a.rows * p.cluster <= device_facts().sms && a.rows <= Few::resident_rows(p);
+  return few ? Few::run(stream, a, p, what) : Many::run(stream, a, p, what);
+}
+
 
 // top_k's plan: whether its first pass bins the keys in a window below the row's largest (an extra
 // cluster barrier for the row's maximum key) and how many candidates CTA 0 may gather (2k lets a
@@ -207,7 +231,10 @@ ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const S
                            const char* what) {
   return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const SelectArgs<T> a = select_args<T>(x, o, out);
+    SelectArgs<T> a = select_args<T>(x, o, out);
+    // Whether a row has top-k is known only on the device: the sampler tries the one-read path
+    // for the rows that do.
+    a.stream = kMode == kSample && !o.bias && !radix_only() && !no_stream();
     constexpr int64_t gather_bytes = kCand * sizeof(unsigned long long);
     return o.bias ? launch_select<T, kMode, true>(stream, a, gather_bytes, what)
                   : launch_select<T, kMode>(stream, a, gather_bytes, what);

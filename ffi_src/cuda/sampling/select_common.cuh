@@ -57,7 +57,16 @@ struct SelectArgs {
   int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
+  bool stream;         // kSample, no bias: rows with top-k take the one-read path (stream_select.cuh)
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
+};
+
+// What a CTA of the one-read top-k path (stream_select.cuh) publishes of its list for its peers.
+struct StreamStatus {
+  uint32_t kth;   // the key of the chunk's k-th largest token (0: the chunk has fewer than k)
+  uint32_t max;   // the chunk's largest key (0: no token)
+  uint32_t at;    // entries of the list at or above kth (k and the tokens tied with the k-th)
+  uint32_t over;  // the list overflowed
 };
 
 template <int kThreads>
@@ -83,6 +92,12 @@ struct SelectShared {
   float above_s;                        // this CTA's best draw among the tokens above the gathered bin
   int above_i;
   bool arrived;                         // at the exit barrier, early (see arrive_early)
+  // The one-read top-k path (stream_select.cuh):
+  uint32_t nlocal;                      // entries of this CTA's list
+  StreamStatus status;                  // this CTA's, for its peers
+  uint32_t peer_at[kMaxCluster];        // each peer's entries at or above its k-th largest
+  uint32_t pull_from, row_max;          // the largest of the chunks' k-th keys; the row's largest key
+  bool stream_ok;                       // the row takes the path (CTA 0's, after its pull)
 };
 
 // cl.sync() in halves. CTA 0 of a row's cluster, once it has read what it needs of its peers'

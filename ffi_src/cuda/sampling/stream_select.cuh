@@ -1,0 +1,179 @@
+// Top-k sampling in one read of the row (kSample with top-k, no bias): each CTA streams its chunk
+// from global memory once, without a shared-memory copy, and keeps in a list of its own the tokens
+// at or above a floor that its threads' largest tokens put under the chunk's k-th largest
+// (delegate_floor: k threads whose largest lie in bins >= B mean k tokens there). Sorted, the list
+// gives the chunk's k-th largest key. The row's k-th largest is at least the largest of those, so
+// CTA 0 pulls from each peer's list only the tokens at or above it (about k to 2k for the whole
+// row) and resolves top-k, top-p within it, min-p and the Gumbel-max draw as a fitting gather does
+// (resolve_candidates): the same thresholds, the same noise, the same token as the general passes.
+// A row it cannot take (a list past its capacity, as with thousands of tied tokens; a +inf or an
+// all -inf row; a pull past CTA 0's buffer) goes on to the general passes, which then re-read the
+// row from global memory.
+#pragma once
+
+#include "cuda/sampling/gather_select.cuh"
+
+namespace jaxnorm {
+namespace sampling {
+
+constexpr int kLocalCap = 1024;  // entries of a CTA's own list (8 KB of shared memory)
+constexpr int kStreamPacks = 4;  // 16-byte packs a thread has in flight per round
+constexpr int kFloorShift = 19;  // the floor's bins: 1/16 binade of the key, a window of 16 binades
+
+template <int kThreads>
+__device__ uint32_t block_max_key(SelectShared<kThreads>& sh, uint32_t key) {
+  // Keys as signed ints with the top bit flipped keep their order.
+  return static_cast<uint32_t>(block_max(sh, static_cast<int>(key ^ 0x80000000u))) ^ 0x80000000u;
+}
+
+// Row r's token by the one-read path into *out, or false (every CTA of the cluster alike) when
+// the row must take the general passes. `lmax` gets this thread's largest sampling value either
+// way (the general passes' delegate and maximum). Called by every thread of every CTA.
+template <class T, int kThreads>
+__device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow, int n,
+                            int64_t c0, uint32_t last, const RowParams& q, unsigned long long* local,
+                            unsigned long long* cand, int32_t* out, bool last_row, float& lmax) {
+  constexpr int N = kVecOf<T>;
+  constexpr int U = kStreamPacks;
+  const int npk = n / N;  // the caller takes this path only for rows of whole packs
+  const int lane = threadIdx.x % 32;
+  const int rank = static_cast<int>(cl.block_rank());
+  uint32_t kmax = 0;  // keys of sampling values are > 0: NaN counts as -inf
+  uint32_t floor_key = 0;
+  if (threadIdx.x == 0) sh.nlocal = 0;
+  for (int base = 0; base < npk; base += U * kThreads) {
+    Pack<T, N> v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int pk = base + u * kThreads + threadIdx.x;
+      if (pk < npk) v[u] = load_raw_nc<T, N>(grow + static_cast<int64_t>(pk) * N);
+    }
+    auto valid = [&](int u) { return base + u * kThreads + static_cast<int>(threadIdx.x) < npk; };
+    auto key_of = [&](int u, int j) {
+      return order_key(__float_as_uint(sampling_value(to_float(v[u].v[j]), false)));
+    };
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!valid(u)) continue;
+#pragma unroll
+      for (int j = 0; j < N; ++j) kmax = max(kmax, key_of(u, j));
+    }
+    if (base == 0) {  // the floor, from the first round's delegates
+      const uint32_t top = block_max_key(sh, kmax) >> kFloorShift;
+      const uint32_t lo = max(top, kBins - 1u) - (kBins - 1u);
+      const bool has = kmax != 0;
+      const uint32_t bin = delegate_floor(sh, has ? max(kmax >> kFloorShift, lo) - lo : 0u, has, static_cast<int>(q.k));
+      floor_key = bin == 0 ? 0u : (lo + bin) << kFloorShift;
+    }
+    // This thread's tokens at or above the floor, appended in one warp-wide reservation.
+    uint32_t cnt = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!valid(u)) continue;
+#pragma unroll
+      for (int j = 0; j < N; ++j) cnt += key_of(u, j) >= floor_key;
+    }
+    uint32_t incl = cnt;
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t t = __shfl_up_sync(~0u, incl, o);
+      if (lane >= o) incl += t;
+    }
+    uint32_t slot = 0;
+    if (lane == 31 && incl > 0) slot = atomicAdd(&sh.nlocal, incl);
+    slot = __shfl_sync(~0u, slot, 31) + incl - cnt;
+    if (cnt > 0) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (!valid(u)) continue;
+        const int64_t i0 = static_cast<int64_t>(base + u * kThreads + threadIdx.x) * N;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const uint32_t key = key_of(u, j);
+          if (key < floor_key) continue;
+          if (slot < kLocalCap) local[slot] = composite(key, last, c0 + i0 + j);
+          ++slot;
+        }
+      }
+    }
+  }
+  lmax = kmax != 0 ? key_value(kmax) : -INFINITY;
+  __syncthreads();
+
+  // The list sorted; the chunk's k-th largest key and the entries at or above it.
+  const uint32_t nl = sh.nlocal;
+  const bool over = nl > static_cast<uint32_t>(kLocalCap);
+  uint32_t kth = 0, at = nl;
+  if (!over) {
+    int kp = 2;
+    while (kp < static_cast<int>(nl)) kp <<= 1;
+    for (int i = nl + threadIdx.x; i < kp; i += kThreads) local[i] = 0;
+    __syncthreads();
+    bitonic_sort_desc<kThreads>(local, kp);
+    if (nl >= static_cast<uint32_t>(q.k)) {
+      kth = static_cast<uint32_t>(local[q.k - 1] >> 32);
+      at = 0;
+      for (int b = 0; b < static_cast<int>(nl); b += kThreads) {
+        const int i = b + threadIdx.x;
+        at += __syncthreads_count(i < static_cast<int>(nl) && static_cast<uint32_t>(local[i] >> 32) >= kth);
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    sh.status = StreamStatus{kth, nl > 0 && !over ? static_cast<uint32_t>(local[0] >> 32) : 0u, at, over ? 1u : 0u};
+  }
+  cl.sync();
+
+  // Every CTA reads every status: the same decision everywhere.
+  const int peers = static_cast<int>(cl.num_blocks());
+  if (threadIdx.x < 32) {
+    StreamStatus s{0u, 0u, 0u, 0u};
+    if (lane < peers) s = *cl.map_shared_rank(&sh.status, lane);
+    const bool any_over = __any_sync(~0u, s.over != 0);
+    const uint32_t t0 = __reduce_max_sync(~0u, s.kth);
+    const uint32_t mkey = __reduce_max_sync(~0u, s.max);
+    if (lane < peers) sh.peer_at[lane] = s.at;
+    if (lane == 0) sh.pull_from = t0, sh.row_max = mkey, sh.stream_ok = !any_over && mkey != 0;
+  }
+  __syncthreads();
+  if (!sh.stream_ok) return false;
+  const float m = key_value(sh.row_max);
+  if (m == INFINITY || m == -INFINITY) return false;  // the general passes' special rows
+
+  // CTA 0 pulls each peer's entries at or above t0: a prefix of the sorted list, within `at`.
+  const uint32_t t0 = sh.pull_from;
+  if (rank == 0) {
+    constexpr int kWarps = kThreads / 32;
+    for (int c = threadIdx.x / 32; c < peers; c += kWarps) {
+      const unsigned long long* list = cl.map_shared_rank(local, c);
+      const int at_c = static_cast<int>(sh.peer_at[c]);
+      for (int i0 = 0; i0 < at_c; i0 += 32) {
+        const int i = i0 + lane;
+        const unsigned long long e = i < at_c ? list[i] : 0ull;
+        const bool sel = i < at_c && static_cast<uint32_t>(e >> 32) >= t0;
+        append_to_rank0(&sh.ncand, cand, kCand, sel, e);
+        if (!__any_sync(~0u, sel)) break;
+      }
+    }
+    __syncthreads();
+    const uint32_t got = sh.ncand;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      sh.stream_ok = got <= static_cast<uint32_t>(kCand);
+      if (!sh.stream_ok) sh.ncand = 0;  // the general passes gather afresh
+    }
+  }
+  cl.sync();  // the peers' lists are read; CTA 0's verdict is out
+  if (!*cl.map_shared_rank(&sh.stream_ok, 0)) return false;
+  if (rank == 0) {
+    if (last_row) arrive_early(&sh.arrived);
+    Gather g;
+    g.fits = g.all = true;
+    g.n = static_cast<int>(sh.ncand);
+    const int t = resolve_candidates<true>(sh, cand, g, m, q, last, -INFINITY, 0x7fffffff);
+    if (threadIdx.x == 0) *out = t;
+  }
+  return true;
+}
+
+}  // namespace sampling
+}  // namespace jaxnorm
