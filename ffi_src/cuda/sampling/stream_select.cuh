@@ -119,7 +119,13 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
     }
   }
   if (threadIdx.x == 0) {
-    sh.status = StreamStatus{kth, nl > 0 && !over ? static_cast<uint32_t>(local[0] >> 32) : 0u, at, over ? 1u : 0u};
+    sh.status.kth = kth;
+    sh.status.max = nl > 0 && !over ? static_cast<uint32_t>(local[0] >> 32) : 0u;
+    sh.status.at = at;
+    sh.status.over = over ? 1u : 0u;
+  }
+  if (threadIdx.x < kStreamTop) {
+    sh.status.top[threadIdx.x] = !over && threadIdx.x < nl ? static_cast<uint32_t>(local[threadIdx.x] >> 32) : 0u;
   }
   cl.sync();
 
@@ -127,11 +133,14 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   const int peers = static_cast<int>(cl.num_blocks());
   if (threadIdx.x < 32) {
     StreamStatus s{0u, 0u, 0u, 0u};
-    if (lane < peers) s = *cl.map_shared_rank(&sh.status, lane);
+    if (lane < peers) {
+      const StreamStatus* ps = cl.map_shared_rank(&sh.status, lane);
+      s.kth = ps->kth, s.max = ps->max, s.at = ps->at, s.over = ps->over;
+    }
     const bool any_over = __any_sync(~0u, s.over != 0);
     const uint32_t t0 = __reduce_max_sync(~0u, s.kth);
     const uint32_t mkey = __reduce_max_sync(~0u, s.max);
-    if (lane < peers) sh.peer_at[lane] = s.at;
+    if (lane < peers) sh.peer_at[lane] = s.at, sh.peer_kth[lane] = s.kth;
     if (lane == 0) sh.pull_from = t0, sh.row_max = mkey, sh.stream_ok = !any_over && mkey != 0;
   }
   __syncthreads();
@@ -139,7 +148,35 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   const float m = key_value(sh.row_max);
   if (m == INFINITY || m == -INFINITY) return false;  // the general passes' special rows
 
-  // CTA 0 pulls each peer's entries at or above t0: a prefix of the sorted list, within `at`.
+  if (rank == 0) {
+    // A tighter bound than the largest chunk k-th key t0: the largest published key t that
+    // counts at least k tokens at or above it, each chunk counting its published largest keys
+    // >= t, or k when its k-th key is >= t. With at most kStreamTop of the row's top-k in every
+    // chunk it is the row's k-th largest key itself, so the pull below brings about k tokens.
+    for (int i = threadIdx.x; i < peers * kStreamTop; i += kThreads) {
+      sh.peer_top[i / kStreamTop][i % kStreamTop] = cl.map_shared_rank(&sh.status, i / kStreamTop)->top[i % kStreamTop];
+    }
+    __syncthreads();
+    uint32_t best = sh.pull_from;
+    for (int i = threadIdx.x; i < peers * kStreamTop; i += kThreads) {
+      const uint32_t t = sh.peer_top[i / kStreamTop][i % kStreamTop];
+      if (t <= best) continue;
+      int64_t count = 0;
+      for (int c = 0; c < peers; ++c) {
+        int64_t in_c = 0;
+#pragma unroll
+        for (int j = 0; j < kStreamTop; ++j) in_c += sh.peer_top[c][j] >= t;
+        if (sh.peer_kth[c] != 0 && sh.peer_kth[c] >= t) in_c = max(in_c, q.k);
+        count += in_c;
+      }
+      if (count >= q.k) best = t;
+    }
+    const uint32_t tb = block_max_key(sh, best);
+    if (threadIdx.x == 0) sh.pull_from = tb;
+    __syncthreads();
+  }
+
+  // CTA 0 pulls each peer's entries at or above that bound: a prefix of the sorted list, within `at`.
   const uint32_t t0 = sh.pull_from;
   if (rank == 0) {
     constexpr int kWarps = kThreads / 32;
