@@ -38,8 +38,12 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   const int npk = n / N;  // the caller takes this path only for rows of whole packs
   const int lane = threadIdx.x % 32;
   const int rank = static_cast<int>(cl.block_rank());
-  uint32_t kmax = 0;  // keys of sampling values are > 0: NaN counts as -inf
-  uint32_t floor_key = 0;
+  // Tokens compare as floats: for a floor above -inf, x >= f exactly when the key of x's sampling
+  // value is >= the floor's key (a NaN compares false, as its -inf would; -0 >= +0 as the keys
+  // have it), so a token costs a max and a compare; keys are built for the kept ones only.
+  float vmax = -INFINITY;  // fmaxf drops NaN
+  float floor_v = -INFINITY;
+  bool keep_all = true;  // no floor: k past the delegates, or a bound at or below -inf
   if (threadIdx.x == 0) sh.nlocal = 0;
   for (int base = 0; base < npk; base += U * kThreads) {
     Pack<T, N> v[U];
@@ -49,37 +53,39 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
       if (pk < npk) v[u] = load_raw_nc<T, N>(grow + static_cast<int64_t>(pk) * N);
     }
     auto valid = [&](int u) { return base + u * kThreads + static_cast<int>(threadIdx.x) < npk; };
-    auto key_of = [&](int u, int j) {
-      return order_key(__float_as_uint(sampling_value(to_float(v[u].v[j]), false)));
-    };
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!valid(u)) continue;
 #pragma unroll
-      for (int j = 0; j < N; ++j) kmax = max(kmax, key_of(u, j));
+      for (int j = 0; j < N; ++j) vmax = fmaxf(vmax, to_float(v[u].v[j]));
     }
     if (base == 0) {  // the floor, from the first round's delegates
+      const uint32_t kmax = order_key(__float_as_uint(vmax + 0.0f));  // -inf for a thread without tokens
       const uint32_t top = block_max_key(sh, kmax) >> kFloorShift;
       const uint32_t lo = max(top, kBins - 1u) - (kBins - 1u);
-      const bool has = kmax != 0;
-      const uint32_t bin = delegate_floor(sh, has ? max(kmax >> kFloorShift, lo) - lo : 0u, has, static_cast<int>(q.k));
-      floor_key = bin == 0 ? 0u : (lo + bin) << kFloorShift;
+      const uint32_t bin =
+          delegate_floor(sh, max(kmax >> kFloorShift, lo) - lo, threadIdx.x < npk, static_cast<int>(q.k));
+      const uint32_t floor_key = (lo + bin) << kFloorShift;
+      keep_all = bin == 0 || floor_key <= order_key(__float_as_uint(-INFINITY));
+      floor_v = keep_all ? -INFINITY : key_value(floor_key);
     }
+    auto kept = [&](float x) { return keep_all || x >= floor_v; };
     // This thread's tokens at or above the floor, appended in one warp-wide reservation.
     uint32_t cnt = 0;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!valid(u)) continue;
 #pragma unroll
-      for (int j = 0; j < N; ++j) cnt += key_of(u, j) >= floor_key;
+      for (int j = 0; j < N; ++j) cnt += kept(to_float(v[u].v[j]));
     }
     uint32_t incl = cnt;
     for (int o = 1; o < 32; o <<= 1) {
       const uint32_t t = __shfl_up_sync(~0u, incl, o);
       if (lane >= o) incl += t;
     }
+    if (__shfl_sync(~0u, incl, 31) == 0) continue;
     uint32_t slot = 0;
-    if (lane == 31 && incl > 0) slot = atomicAdd(&sh.nlocal, incl);
+    if (lane == 31) slot = atomicAdd(&sh.nlocal, incl);
     slot = __shfl_sync(~0u, slot, 31) + incl - cnt;
     if (cnt > 0) {
 #pragma unroll
@@ -88,15 +94,15 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
         const int64_t i0 = static_cast<int64_t>(base + u * kThreads + threadIdx.x) * N;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          const uint32_t key = key_of(u, j);
-          if (key < floor_key) continue;
-          if (slot < kLocalCap) local[slot] = composite(key, last, c0 + i0 + j);
+          const float x = to_float(v[u].v[j]);
+          if (!kept(x)) continue;
+          if (slot < kLocalCap) local[slot] = composite(order_key(__float_as_uint(sampling_value(x, false))), last, c0 + i0 + j);
           ++slot;
         }
       }
     }
   }
-  lmax = kmax != 0 ? key_value(kmax) : -INFINITY;
+  lmax = vmax + 0.0f;
   __syncthreads();
 
   // The list sorted; the chunk's k-th largest key and the entries at or above it.
