@@ -158,20 +158,17 @@ __device__ __forceinline__ unsigned long long composite(uint32_t key, uint32_t l
 
 __device__ __forceinline__ float key_value(uint32_t key) { return __uint_as_float(key_bits(key)); }
 
-// A lower bound, as a value bin, on the bin of the row's k-th largest token, from this CTA's
-// delegates: each thread's largest token (`mine`, its bin; `has`: the thread holds one). If k
-// threads have their largest in bins >= B, k distinct tokens of the row are there, so its k-th
-// largest is too. 0 (no bound) when k exceeds the CTA's delegates. Each CTA's bound holds for
-// the whole row, so the peers need not agree on one. Uses warp_mass (free outside a weighed
-// histogram) as the delegates' histogram.
+// A CTA's scratch histogram of kBins counts (warp_mass, free outside a weighed histogram).
 template <int kThreads>
-__device__ uint32_t delegate_floor(SelectShared<kThreads>& sh, uint32_t mine, bool has, int k) {
-  if (k > kThreads) return 0;
-  uint32_t* cnt = reinterpret_cast<uint32_t*>(&sh.warp_mass[0][0]);
-  for (int i = threadIdx.x; i < kBins; i += kThreads) cnt[i] = 0;
-  __syncthreads();
-  if (has) atomicAdd(&cnt[mine], 1u);
-  __syncthreads();
+__device__ uint32_t* scratch_counts(SelectShared<kThreads>& sh) {
+  return reinterpret_cast<uint32_t*>(&sh.warp_mass[0][0]);
+}
+
+// The highest bin B of scratch_counts whose count with the bins above reaches k (0 if none),
+// for every thread.
+template <int kThreads>
+__device__ uint32_t count_crossing(SelectShared<kThreads>& sh, int k) {
+  const uint32_t* cnt = scratch_counts(sh);
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     uint32_t v[8], sum = 0;
@@ -200,6 +197,23 @@ __device__ uint32_t delegate_floor(SelectShared<kThreads>& sh, uint32_t mine, bo
   }
   __syncthreads();
   return sh.floor_bin;
+}
+
+// A lower bound, as a value bin, on the bin of the row's k-th largest token, from this CTA's
+// delegates: each thread's largest token (`mine`, its bin; `has`: the thread holds one). If k
+// threads have their largest in bins >= B, k distinct tokens of the row are there, so its k-th
+// largest is too. 0 (no bound) when k exceeds the CTA's delegates. Each CTA's bound holds for
+// the whole row, so the peers need not agree on one. Uses warp_mass (free outside a weighed
+// histogram) as the delegates' histogram.
+template <int kThreads>
+__device__ uint32_t delegate_floor(SelectShared<kThreads>& sh, uint32_t mine, bool has, int k) {
+  if (k > kThreads) return 0;
+  uint32_t* cnt = scratch_counts(sh);
+  for (int i = threadIdx.x; i < kBins; i += kThreads) cnt[i] = 0;
+  __syncthreads();
+  if (has) atomicAdd(&cnt[mine], 1u);
+  __syncthreads();
+  return count_crossing(sh, k);
 }
 
 // Tokens whose s lies below this are in value bins below `bin` (value_bin: s < -(257 - bin) / 8

@@ -154,7 +154,7 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   if (a.rows == 0) return ffi::Error::Success();
   if constexpr (kMode == kSample && !kBias && !kStream) {
     // The sampler that tries the one-read top-k path first, with room for each CTA's list.
-    if (a.stream) return launch_select<T, kMode, false, true>(stream, a, extra_smem + kLocalCap * 8, what);
+    if (a.stream) return launch_select<T, kMode, false, true>(stream, a, extra_smem + (kLocalCap + kCompCap) * 8, what);
   }
   // The delegate floor (gather_select.cuh) where rows queue for the SMs: same-call A/B at 39ad89e,
   // top-k 50 and top-k 50 with top-p 0.9, 1-256 x 32000 and 128256: 5-10% faster at 64-256 rows

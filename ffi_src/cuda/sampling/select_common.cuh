@@ -64,9 +64,9 @@ struct SelectArgs {
 // What a CTA of the one-read top-k path (stream_select.cuh) publishes of its list for its peers.
 constexpr int kStreamTop = 16;
 struct StreamStatus {
-  uint32_t kth;              // the key of the chunk's k-th largest token (0: the chunk has fewer than k)
+  uint32_t kth;              // a key the chunk has k tokens at or above (0: it has fewer than k)
   uint32_t max;              // the chunk's largest key (0: no token)
-  uint32_t at;               // entries of the list at or above kth (k and the tokens tied with the k-th)
+  uint32_t at;               // its tokens at or above kth, sorted in its compacted list
   uint32_t over;             // the list overflowed
   uint32_t top[kStreamTop];  // the chunk's largest keys, descending (0 past its tokens)
 };
@@ -95,10 +95,10 @@ struct SelectShared {
   int above_i;
   bool arrived;                         // at the exit barrier, early (see arrive_early)
   // The one-read top-k path (stream_select.cuh):
-  uint32_t nlocal;                      // entries of this CTA's list
+  uint32_t nlocal, ncomp;               // entries of this CTA's list, and of its compacted top
   StreamStatus status;                  // this CTA's, for its peers
-  uint32_t peer_at[kMaxCluster];        // each peer's entries at or above its k-th largest
-  uint32_t peer_kth[kMaxCluster];       // and that k-th largest key
+  uint32_t peer_at[kMaxCluster];        // each peer's compacted entries
+  uint32_t peer_kth[kMaxCluster];       // and the key they lie at or above
   uint32_t peer_top[kMaxCluster][kStreamTop];
   uint32_t pull_from, row_max;          // the largest of the chunks' k-th keys; the row's largest key
   bool stream_ok;                       // the row takes the path (CTA 0's, after its pull)

@@ -1,10 +1,12 @@
 // Top-k sampling in one read of the row (kSample with top-k, no bias): each CTA streams its chunk
 // from global memory once, without a shared-memory copy, and keeps in a list of its own the tokens
 // at or above a floor that its threads' largest tokens put under the chunk's k-th largest
-// (delegate_floor: k threads whose largest lie in bins >= B mean k tokens there). Sorted, the list
-// gives the chunk's k-th largest key. The row's k-th largest is at least the largest of those, so
-// CTA 0 pulls from each peer's list only the tokens at or above it (about k to 2k for the whole
-// row) and resolves top-k, top-p within it, min-p and the Gumbel-max draw as a fitting gather does
+// (delegate_floor: k threads whose largest lie in bins >= B mean k tokens there). A histogram of
+// the list bounds the chunk's k-th largest key from below (theta), and the entries at or above it,
+// about k, are sorted. The row's k-th largest is at least every chunk's theta, and at least any
+// key that the chunks' published largest keys count k tokens above, so CTA 0 pulls from each
+// peer only the tokens at or above the best such bound (about k for the whole row) and resolves
+// top-k, top-p within it, min-p and the Gumbel-max draw as a fitting gather does
 // (resolve_candidates): the same thresholds, the same noise, the same token as the general passes.
 // A row it cannot take (a list past its capacity, as with thousands of tied tokens; a +inf or an
 // all -inf row; a pull past CTA 0's buffer) goes on to the general passes, which then re-read the
@@ -17,6 +19,7 @@ namespace jaxnorm {
 namespace sampling {
 
 constexpr int kLocalCap = 1024;  // entries of a CTA's own list (8 KB of shared memory)
+constexpr int kCompCap = 512;    // and of its entries at or above theta, sorted (4 KB)
 constexpr int kStreamPacks = 4;  // 16-byte packs a thread has in flight per round
 constexpr int kFloorShift = 19;  // the floor's bins: 1/16 binade of the key, a window of 16 binades
 
@@ -105,33 +108,59 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   lmax = vmax + 0.0f;
   __syncthreads();
 
-  // The list sorted; the chunk's k-th largest key and the entries at or above it.
+  // A bound theta <= the chunk's k-th largest key: the edge of the bin where a histogram of the
+  // list (256 bins over its key range) counts k from the top. Only the entries at or above it
+  // (about k) are compacted and sorted; the rest can hold no token of the row's top-k.
   const uint32_t nl = sh.nlocal;
-  const bool over = nl > static_cast<uint32_t>(kLocalCap);
-  uint32_t kth = 0, at = nl;
+  bool over = nl > static_cast<uint32_t>(kLocalCap);
+  unsigned long long* comp = local + kLocalCap;
+  uint32_t theta = 0, at = 0;
   if (!over) {
-    int kp = 2;
-    while (kp < static_cast<int>(nl)) kp <<= 1;
-    for (int i = nl + threadIdx.x; i < kp; i += kThreads) local[i] = 0;
-    __syncthreads();
-    bitonic_sort_desc<kThreads>(local, kp);
     if (nl >= static_cast<uint32_t>(q.k)) {
-      kth = static_cast<uint32_t>(local[q.k - 1] >> 32);
-      at = 0;
-      for (int b = 0; b < static_cast<int>(nl); b += kThreads) {
-        const int i = b + threadIdx.x;
-        at += __syncthreads_count(i < static_cast<int>(nl) && static_cast<uint32_t>(local[i] >> 32) >= kth);
+      uint32_t hi = 0, lo_inv = 0;
+      for (int i = threadIdx.x; i < static_cast<int>(nl); i += kThreads) {
+        const uint32_t key = static_cast<uint32_t>(local[i] >> 32);
+        hi = max(hi, key), lo_inv = max(lo_inv, ~key);
       }
+      hi = block_max_key(sh, hi);
+      const uint32_t lo = ~block_max_key(sh, lo_inv);
+      int shift = 0;
+      while (((hi - lo) >> shift) >= static_cast<uint32_t>(kBins)) ++shift;
+      uint32_t* cnt = scratch_counts(sh);
+      for (int i = threadIdx.x; i < kBins; i += kThreads) cnt[i] = 0;
+      __syncthreads();
+      for (int i = threadIdx.x; i < static_cast<int>(nl); i += kThreads) {
+        atomicAdd(&cnt[(static_cast<uint32_t>(local[i] >> 32) - lo) >> shift], 1u);
+      }
+      __syncthreads();
+      theta = lo + (count_crossing(sh, static_cast<int>(q.k)) << shift);
+    }
+    if (threadIdx.x == 0) sh.ncomp = 0;
+    __syncthreads();
+    for (int b = 0; b < static_cast<int>(nl); b += kThreads) {
+      const int i = b + threadIdx.x;
+      const unsigned long long e = i < static_cast<int>(nl) ? local[i] : 0ull;
+      append_to_rank0(&sh.ncomp, comp, kCompCap, i < static_cast<int>(nl) && static_cast<uint32_t>(e >> 32) >= theta, e);
+    }
+    __syncthreads();
+    at = sh.ncomp;
+    over = at > static_cast<uint32_t>(kCompCap);
+    if (!over) {
+      int kp = 2;
+      while (kp < static_cast<int>(at)) kp <<= 1;
+      for (int i = at + threadIdx.x; i < kp; i += kThreads) comp[i] = 0;
+      __syncthreads();
+      bitonic_sort_desc<kThreads>(comp, kp);
     }
   }
   if (threadIdx.x == 0) {
-    sh.status.kth = kth;
-    sh.status.max = nl > 0 && !over ? static_cast<uint32_t>(local[0] >> 32) : 0u;
+    sh.status.kth = theta;
+    sh.status.max = at > 0 && !over ? static_cast<uint32_t>(comp[0] >> 32) : 0u;
     sh.status.at = at;
     sh.status.over = over ? 1u : 0u;
   }
   if (threadIdx.x < kStreamTop) {
-    sh.status.top[threadIdx.x] = !over && threadIdx.x < nl ? static_cast<uint32_t>(local[threadIdx.x] >> 32) : 0u;
+    sh.status.top[threadIdx.x] = !over && threadIdx.x < at ? static_cast<uint32_t>(comp[threadIdx.x] >> 32) : 0u;
   }
   cl.sync();
 
@@ -187,7 +216,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   if (rank == 0) {
     constexpr int kWarps = kThreads / 32;
     for (int c = threadIdx.x / 32; c < peers; c += kWarps) {
-      const unsigned long long* list = cl.map_shared_rank(local, c);
+      const unsigned long long* list = cl.map_shared_rank(comp, c);
       const int at_c = static_cast<int>(sh.peer_at[c]);
       for (int i0 = 0; i0 < at_c; i0 += 32) {
         const int i = i0 + lane;
