@@ -141,9 +141,9 @@ CROSS_ENTROPY_BWD = FfiOp(
 _SAMPLE_OPERANDS = ("R,C", "N,*", "N", "N", "N", "N")  # logits, keys, temperature, top_k, top_p, log min_p
 
 
-def _sample(v2):
+def _sample(v2, name=None):
     return FfiOp(
-        name="jaxnorm_sample" + ("_v2" if v2 else ""),
+        name=name or "jaxnorm_sample" + ("_v2" if v2 else ""),
         operands=_SAMPLE_OPERANDS + (("C?", "N?", "N?") if v2 else ()),  # bias (f32), finished (bool), end_id
         results=(("R", np.int32),),
         attrs=(),
@@ -165,6 +165,9 @@ def _filter(v2):
 
 
 SAMPLE, SAMPLE_V2, FILTER, FILTER_V2 = _sample(False), _sample(True), _filter(False), _filter(True)
+# sample_v2 for calls whose top_k is given (FFI version 5): the CUDA handler may then take the
+# sampler's one-read top-k kernel, which rows without top-k would only slow down.
+SAMPLE_WITH_TOP_K = _sample(True, "jaxnorm_sample_with_top_k")
 TOP_K = FfiOp(
     name="jaxnorm_top_k",
     operands=("R,C",),
@@ -304,6 +307,7 @@ cross_entropy_fwd_p = make_primitive(CROSS_ENTROPY_FWD)
 cross_entropy_bwd_p = make_primitive(CROSS_ENTROPY_BWD)
 sample_v1_p = make_primitive(SAMPLE)  # artifacts before FFI version 4 only
 sample_p = make_primitive(SAMPLE_V2)
+sample_with_top_k_p = make_primitive(SAMPLE_WITH_TOP_K)
 filter_v1_p = make_primitive(FILTER)  # artifacts before FFI version 4 only
 filter_p = make_primitive(FILTER_V2)
 top_k_p = make_primitive(TOP_K)

@@ -608,10 +608,16 @@ def test_lowered_hlo_holds_the_custom_calls(rng):
     key = jax.random.key(0)
     bias, fin = logits_of(rng, (100,), F32), jnp.array([True, False, False, True])
     hlo = lambda f, *a: jax.jit(f).lower(*a).as_text()  # noqa: E731
-    # the versioned targets only (FFI version 4): the first versions are kept for old artifacts
-    for text in (hlo(lambda k, x: jaxnorm.sample(k, x, top_k=5), key, x),
+    # the versioned targets only (FFI version 4): the first versions are kept for old artifacts;
+    # calls with top_k and no bias lower to jaxnorm_sample_with_top_k (FFI version 5)
+    for text in (hlo(lambda k, x: jaxnorm.sample(k, x, top_k=0, top_p=0.5), key, x),
+                 hlo(lambda k, x: jaxnorm.sample(k, x, top_k=5, bias=bias), key, x),
                  hlo(lambda k, x: jaxnorm.sample(k, x, bias=bias, finished=fin, end_id=2), key, x)):
         assert "@jaxnorm_sample_v2(" in text and "@jaxnorm_sample(" not in text
+        assert "@jaxnorm_sample_with_top_k(" not in text
+    for text in (hlo(lambda k, x: jaxnorm.sample(k, x, top_k=5), key, x),
+                 hlo(lambda k, x: jaxnorm.sample(k, x, top_k=jnp.arange(4), finished=fin, end_id=2), key, x)):
+        assert "@jaxnorm_sample_with_top_k(" in text and "@jaxnorm_sample_v2(" not in text
     for text in (hlo(lambda x: jaxnorm.filter_logits(x, top_p=0.5), x),
                  hlo(lambda x: jaxnorm.filter_logits(x, top_p=0.5, bias=bias), x)):
         assert "@jaxnorm_filter_v2(" in text and "@jaxnorm_filter(" not in text

@@ -44,6 +44,7 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_cross_entropy_bwd", JaxnormCrossEntropyBwdCpu);
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCpu);
     JN_REGISTER(d, "jaxnorm_sample_v2", JaxnormSampleV2Cpu);
+    JN_REGISTER(d, "jaxnorm_sample_with_top_k", JaxnormSampleV2Cpu);  // one CPU sampler for both
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCpu);
     JN_REGISTER(d, "jaxnorm_filter_v2", JaxnormFilterV2Cpu);
     JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCpu);

@@ -135,46 +135,61 @@ bool radix_only() {
   return on;
 }
 
-// A/B switch JAXNORM_SAMPLING_STREAM_CHUNK32=1: the one-read sampler in 32 KB chunks.
-bool stream_chunks32() {
-  static const bool on = std::getenv("JAXNORM_SAMPLING_STREAM_CHUNK32") != nullptr;
-  return on;
-}
-
 // The A/B switch JAXNORM_SAMPLING_NO_STREAM=1: no one-read top-k path.
 bool no_stream() {
   static const bool on = std::getenv("JAXNORM_SAMPLING_NO_STREAM") != nullptr;
   return on;
 }
 
-// 512-thread CTAs where the rows' clusters all fit at one CTA an SM (each pass is latency-bound
-// with 8 warps an SM), else 256 (up to 3 CTAs an SM).
-template <class T, int kMode, bool kBias = false, bool kStream = false>
+// A launch of select_rows: its plan, and whether it takes the 512-thread CTAs (where the rows'
+// clusters all fit at one CTA an SM, each pass being latency-bound with 8 warps an SM) or 256
+// (up to 3 CTAs an SM); `waves`: how many rounds of resident clusters the rows take.
+struct RowsLaunch {
+  Plan p;
+  bool few = false;
+  int64_t waves = 1;
+};
+
+template <class T, int kMode, bool kBias, bool kStream>
+RowsLaunch rows_launch(SelectArgs<T>* a, int64_t extra_smem) {
+  using Few = Launch<T, kMode, kBias, kThreadsFew, kStream>;
+  using Many = Launch<T, kMode, kBias, kThreadsMany, kStream>;
+  RowsLaunch l;
+  l.p = plan_rows<T>(a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(*a, extra_smem));
+  l.few = a->rows * l.p.cluster <= device_facts().sms && a->rows <= Few::resident_rows(l.p);
+  if (!l.few) l.waves = ceil_div(a->rows, std::max(1, Many::resident_rows(l.p)));
+  return l;
+}
+
+template <class T, int kMode, bool kBias, bool kStream>
+ffi::Error run_rows(cudaStream_t stream, const SelectArgs<T>& a, const RowsLaunch& l, const char* what) {
+  return l.few ? Launch<T, kMode, kBias, kThreadsFew, kStream>::run(stream, a, l.p, what)
+               : Launch<T, kMode, kBias, kThreadsMany, kStream>::run(stream, a, l.p, what);
+}
+
+template <class T, int kMode, bool kBias = false>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
-  if constexpr (kMode == kSample && !kBias && !kStream) {
-    // The sampler that tries the one-read top-k path first, with room for each CTA's list.
-    if (a.stream) return launch_select<T, kMode, false, true>(stream, a, extra_smem + (kLocalCap + kCompCap) * 8, what);
-  }
   // The delegate floor (gather_select.cuh) where rows queue for the SMs: same-call A/B at 39ad89e,
   // top-k 50 and top-k 50 with top-p 0.9, 1-256 x 32000 and 128256: 5-10% faster at 64-256 rows
   // (both dtypes, both vocabularies), 1-2% slower at batch 1 and at 8 x 32000 (its two barriers
   // on a row's critical path), +2% at 8 x 128256.
   a.delegate_floor = a.rows >= 64;
-  using Few = Launch<T, kMode, kBias, kThreadsFew, kStream>;
-  using Many = Launch<T, kMode, kBias, kThreadsMany, kStream>;
-  int cluster = cluster_for_batch<T, kBias, Few, Many>(a, extra_smem);
-  if (kStream && stream_chunks32()) {
-    cluster = default_cluster(a.cols, sizeof(T));
-    while (cluster < kMaxCluster && a.rows * 2 * cluster <= device_facts().sms &&
-           a.cols >= 2 * kMinChunkElems * cluster)
-      cluster *= 2;
+  SelectArgs<T> g = a;
+  const RowsLaunch general = rows_launch<T, kMode, kBias, false>(&g, extra_smem);
+  if constexpr (kMode == kSample && !kBias) {
+    // The one-read top-k kernel (stream_select.cuh: room for each CTA's lists; 2 CTAs an SM of 256
+    // threads, 128 registers, where the general sampler fits 3) where rows queue for the SMs and it
+    // takes no more waves: measured at 1-256 x 128256 (h100-sampling.md), 0.74-0.91x the time at
+    // 64-256 rows (bfloat16 256 rows, a wave more: 1.12x), 1.09-1.17x at 1-8 rows.
+    if (a.stream && !general.few) {
+      SelectArgs<T> s = a;
+      const RowsLaunch one_read = rows_launch<T, kMode, false, true>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
+      if (!one_read.few && one_read.waves <= general.waves) return run_rows<T, kMode, false, true>(stream, s, one_read, what);
+    }
   }
-  const Plan p = plan_rows<T>(&a, extra_smem, cluster);
-  const bool few = a.rows * p.cluster <= device_facts().sms && a.rows <= Few::resident_rows(p);
-  return few ? Few::run(stream, a, p, what) : Many::run(stream, a, p, what);
+  return run_rows<T, kMode, kBias, false>(stream, g, general, what);
 }
-
 
 // top_k's plan: whether its first pass bins the keys in a window below the row's largest (an extra
 // cluster barrier for the row's maximum key) and how many candidates CTA 0 may gather (2k lets a
@@ -226,15 +241,15 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
 }
 
 // The sampling modes, with the kernel that holds logits + bias when there is a bias.
+// `with_top_k`: the caller's rows have top-k (the jaxnorm_sample_with_top_k target), so the sampler may
+// take the one-read kernel.
 template <int kMode>
 ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const SamplingOperands& o, void* out,
-                           const char* what) {
+                           const char* what, bool with_top_k = false) {
   return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     SelectArgs<T> a = select_args<T>(x, o, out);
-    // Whether a row has top-k is known only on the device: the sampler tries the one-read path
-    // for the rows that do.
-    a.stream = kMode == kSample && !o.bias && !radix_only() && !no_stream();
+    a.stream = kMode == kSample && with_top_k && !o.bias && !radix_only() && !no_stream();
     constexpr int64_t gather_bytes = kCand * sizeof(unsigned long long);
     return o.bias ? launch_select<T, kMode, true>(stream, a, gather_bytes, what)
                   : launch_select<T, kMode>(stream, a, gather_bytes, what);
@@ -256,6 +271,16 @@ ffi::Error SampleV2Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer ke
   JN_RETURN_IF_ERROR(
       sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id}));
   return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample");
+}
+
+// sample_v2 for rows with top-k: the one-read kernel where it wins.
+ffi::Error SampleWithTopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                              ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
+                              ffi::AnyBuffer finished, ffi::AnyBuffer end_id, ffi::Result<ffi::AnyBuffer> tokens) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(
+      sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id}));
+  return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample", true);
 }
 
 ffi::Error FilterCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
@@ -303,6 +328,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleCuda, SampleCuda,
                               sample_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleV2Cuda, SampleV2Cuda,
+                              sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleWithTopKCuda, SampleWithTopKCuda,
                               sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCuda, FilterCuda,
