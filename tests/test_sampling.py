@@ -367,15 +367,15 @@ def _special_rows(rng, vocab, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("vocab", [700, 40000, pytest.param(128256, marks=pytest.mark.wide)])
-def test_one_read_top_k_draws_the_general_paths_tokens(dtype, vocab, rng):
-    """Bit for bit: the sampler without a bias (on a GPU, rows with top-k first try the one-read
-    path, stream_select.cuh) against the same draw with a zero float32 bias (which on a GPU
-    always takes the general passes), for k up to and past a CTA's delegates (256 or 512
-    threads), with top-p and min-p, per-row parameters, special rows, and batches that take
-    either CTA size. On the CPU both run one handler."""
+def test_one_read_top_k_draws_the_general_paths_tokens(dtype, vocab, rng, monkeypatch):
+    """Bit for bit: the sampler with top_k and no bias, its one-read kernel forced on a GPU
+    (JAXNORM_SAMPLING_ONE_READ=1, stream_select.cuh), against the same draw with a zero float32
+    bias (the general passes), for k up to and past a CTA's delegates (256 or 512 threads), with
+    top-p and min-p, per-row parameters, special rows, and batches that take either CTA size.
+    On the CPU both run one handler."""
     key = jax.random.key(int(rng.integers(1 << 30)))
     zero = jnp.zeros((vocab,), F32)
-    for rows in (8, 200):
+    for rows in (8, 64, 200):
         x = logits_of(rng, (rows, vocab), DTYPES[dtype])
         x = x.at[:8].set(_special_rows(rng, vocab, DTYPES[dtype]))
         ks = jnp.asarray(rng.choice([0, 1, 2, 50, 256, 257, 600], size=rows), jnp.int32)
@@ -383,7 +383,10 @@ def test_one_read_top_k_draws_the_general_paths_tokens(dtype, vocab, rng):
                  dict(top_k=ks), dict(top_k=ks, temperature=jnp.asarray(rng.uniform(0.0, 2.0, rows), F32))]
         for kw in cases:
             want = np.asarray(jaxnorm.sample(key, x, bias=zero, **kw))
+            monkeypatch.setenv("JAXNORM_SAMPLING_ONE_READ", "1")
             got = np.asarray(jaxnorm.sample(key, x, **kw))
+            monkeypatch.delenv("JAXNORM_SAMPLING_ONE_READ")
+            np.testing.assert_array_equal(np.asarray(jaxnorm.sample(key, x, **kw)), want)  # the rule's choice
             np.testing.assert_array_equal(got, want, err_msg=f"{rows} rows, {kw}")
             assert np.all(got[5] == -1) and got[4] == 7
 

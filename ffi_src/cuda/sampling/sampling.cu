@@ -22,6 +22,7 @@ constexpr int64_t kChunkBytes = 32 << 10;
 constexpr int64_t kMaxResidentBytes = 160 << 10;
 constexpr int64_t kChunkElemsQueued = 16 << 10;  // float32 rows that queue: 64 KB chunks
 constexpr int64_t kMinChunkElems = 4 << 10;
+constexpr int64_t kLongChunk = 32 << 10;  // tokens: the one-read sampler's chunks from here
 
 struct Plan {
   int cluster = 1;
@@ -135,10 +136,11 @@ bool radix_only() {
   return on;
 }
 
-// The A/B switch JAXNORM_SAMPLING_NO_STREAM=1: no one-read top-k path.
-bool no_stream() {
-  static const bool on = std::getenv("JAXNORM_SAMPLING_NO_STREAM") != nullptr;
-  return on;
+// JAXNORM_SAMPLING_ONE_READ: 0 never takes the one-read top-k kernel, 1 always (top-k calls without
+// a bias), unset: the rule in launch_select. Read at each call, so a test can run both kernels.
+int one_read_switch() {
+  const char* v = std::getenv("JAXNORM_SAMPLING_ONE_READ");
+  return v == nullptr || v[0] == 0 ? -1 : v[0] == '1' ? 1 : 0;
 }
 
 // A launch of select_rows: its plan, and whether it takes the 512-thread CTAs (where the rows'
@@ -157,7 +159,7 @@ RowsLaunch rows_launch(SelectArgs<T>* a, int64_t extra_smem) {
   RowsLaunch l;
   l.p = plan_rows<T>(a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(*a, extra_smem));
   l.few = a->rows * l.p.cluster <= device_facts().sms && a->rows <= Few::resident_rows(l.p);
-  if (!l.few) l.waves = ceil_div(a->rows, std::max(1, Many::resident_rows(l.p)));
+  if (!l.few) l.waves = ceil_div(a->rows, std::max(1, Many::resident_rows(l.p)));  // else one
   return l;
 }
 
@@ -180,12 +182,19 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   if constexpr (kMode == kSample && !kBias) {
     // The one-read top-k kernel (stream_select.cuh: room for each CTA's lists; 2 CTAs an SM of 256
     // threads, 128 registers, where the general sampler fits 3) where rows queue for the SMs and it
-    // takes no more waves: measured at 1-256 x 128256 (h100-sampling.md), 0.74-0.91x the time at
-    // 64-256 rows (bfloat16 256 rows, a wave more: 1.12x), 1.09-1.17x at 1-8 rows.
-    if (a.stream && !general.few) {
+    // takes no more waves, or where a CTA's chunk is long (its passes there are instruction-bound).
+    // Same-call A/B at 1-256 x 32000 and 128256, top-k 50 (h100-sampling.md, a152b8d/3f73b2a):
+    // 0.90-0.91x the time where rows queue (float32 64-256 x 128256, 256 x 32000), 0.83x at
+    // bfloat16 256 x 32000, 0.74x at bfloat16 64 x 128256 (one wave of 64K-token chunks); 1.12x
+    // at bfloat16 256 x 128256 (a wave more), 1.09-1.17x at 1-8 rows of 8K-token chunks (the
+    // latency of its steps on the row's critical path).
+    if (a.stream) {
       SelectArgs<T> s = a;
       const RowsLaunch one_read = rows_launch<T, kMode, false, true>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
-      if (!one_read.few && one_read.waves <= general.waves) return run_rows<T, kMode, false, true>(stream, s, one_read, what);
+      const bool queue = a.rows * general.p.cluster > device_facts().sms && one_read.waves <= general.waves;
+      if (queue || s.chunk >= kLongChunk || one_read_switch() == 1) {
+        return run_rows<T, kMode, false, true>(stream, s, one_read, what);
+      }
     }
   }
   return run_rows<T, kMode, kBias, false>(stream, g, general, what);
@@ -249,7 +258,7 @@ ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const S
   return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     SelectArgs<T> a = select_args<T>(x, o, out);
-    a.stream = kMode == kSample && with_top_k && !o.bias && !radix_only() && !no_stream();
+    a.stream = kMode == kSample && with_top_k && !o.bias && !radix_only() && one_read_switch() != 0;
     constexpr int64_t gather_bytes = kCand * sizeof(unsigned long long);
     return o.bias ? launch_select<T, kMode, true>(stream, a, gather_bytes, what)
                   : launch_select<T, kMode>(stream, a, gather_bytes, what);
