@@ -2,6 +2,10 @@
 // chunk of the row into shared memory once (the row's only DRAM read), and every later pass
 // (radix-select histograms, the Gumbel draw, the filtered store) reads those copies.
 //
+// Its kStream instance (the jaxnorm_sample_with_top_k target, where launch_select picks it) first
+// tries top-k rows by the one-read path of stream_select.cuh, which copies nothing; the rows it
+// hands back take the passes below.
+//
 // The sampling modes first try one gather: a histogram of value bins finds the bin that holds the
 // top-k boundary (or, top-p alone, the top-p crossing), and the tokens at or above it (or in it),
 // usually a few dozen to a few hundred, are gathered into CTA 0, which sorts them and resolves
