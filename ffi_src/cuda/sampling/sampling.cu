@@ -273,23 +273,16 @@ ffi::Error SampleCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys
   return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample");
 }
 
+// kWithTopK: the jaxnorm_sample_with_top_k target (sample_v2 for calls with top-k), which may take
+// the one-read kernel.
+template <bool kWithTopK>
 ffi::Error SampleV2Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
                         ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
                         ffi::AnyBuffer finished, ffi::AnyBuffer end_id, ffi::Result<ffi::AnyBuffer> tokens) {
   SamplingOperands o;
   JN_RETURN_IF_ERROR(
       sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id}));
-  return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample");
-}
-
-// sample_v2 for rows with top-k: the one-read kernel where it wins.
-ffi::Error SampleWithTopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
-                              ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
-                              ffi::AnyBuffer finished, ffi::AnyBuffer end_id, ffi::Result<ffi::AnyBuffer> tokens) {
-  SamplingOperands o;
-  JN_RETURN_IF_ERROR(
-      sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id}));
-  return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample", true);
+  return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample", kWithTopK);
 }
 
 ffi::Error FilterCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
@@ -336,10 +329,10 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleCuda, SampleCuda,
                               sample_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleV2Cuda, SampleV2Cuda,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleV2Cuda, SampleV2Cuda<false>,
                               sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleWithTopKCuda, SampleWithTopKCuda,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleWithTopKCuda, SampleV2Cuda<true>,
                               sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCuda, FilterCuda,
