@@ -101,9 +101,9 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
     fin, eid = _finished(finished, end_id, batch, x.shape[1], fn)
     if x.shape[0] == 0:
         return jnp.zeros(batch, jnp.int32)
-    # Calls that give top_k (other than a Python 0) and no bias lower to the target whose CUDA
-    # handler may take the one-read top-k kernel; integer tokens: no gradient.
-    with_k = top_k is not None and not (isinstance(top_k, (int, np.integer)) and top_k == 0) and bias is None
+    # Calls that give top_k (other than a Python 0) lower to the target whose CUDA handler may take
+    # the one-read top-k kernel; integer tokens: no gradient.
+    with_k = top_k is not None and not (isinstance(top_k, (int, np.integer)) and top_k == 0)
     prim = sample_with_top_k_p if with_k else sample_p
     (tokens,) = prim.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp, b, fin, eid)
     return tokens.reshape(batch)

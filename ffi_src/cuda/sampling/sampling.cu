@@ -136,8 +136,8 @@ bool radix_only() {
   return on;
 }
 
-// JAXNORM_SAMPLING_ONE_READ: 0 never takes the one-read top-k kernel, 1 always (top-k calls without
-// a bias), unset: the rule in launch_select. Read at each call, so a test can run both kernels.
+// JAXNORM_SAMPLING_ONE_READ: 0 never takes the one-read top-k kernel, 1 always (top-k calls), unset:
+// the rule in launch_select. Read at each call, so a test can run both kernels.
 int one_read_switch() {
   const char* v = std::getenv("JAXNORM_SAMPLING_ONE_READ");
   return v == nullptr || v[0] == 0 ? -1 : v[0] == '1' ? 1 : 0;
@@ -179,7 +179,7 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   a.delegate_floor = a.rows >= 64;
   SelectArgs<T> g = a;
   const RowsLaunch general = rows_launch<T, kMode, kBias, false>(&g, extra_smem);
-  if constexpr (kMode == kSample && !kBias) {
+  if constexpr (kMode == kSample) {
     // The one-read top-k kernel (stream_select.cuh: room for each CTA's lists; 2 CTAs an SM of 256
     // threads, 128 registers, where the general sampler fits 3) where rows queue for the SMs and it
     // takes no more waves, or where a CTA's chunk is long (its passes there are instruction-bound).
@@ -190,10 +190,10 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
     // latency of its steps on the row's critical path).
     if (a.stream) {
       SelectArgs<T> s = a;
-      const RowsLaunch one_read = rows_launch<T, kMode, false, true>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
+      const RowsLaunch one_read = rows_launch<T, kMode, kBias, true>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
       const bool queue = a.rows * general.p.cluster > device_facts().sms && one_read.waves <= general.waves;
       if (queue || s.chunk >= kLongChunk || one_read_switch() == 1) {
-        return run_rows<T, kMode, false, true>(stream, s, one_read, what);
+        return run_rows<T, kMode, kBias, true>(stream, s, one_read, what);
       }
     }
   }
@@ -258,7 +258,7 @@ ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const S
   return dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
     SelectArgs<T> a = select_args<T>(x, o, out);
-    a.stream = kMode == kSample && with_top_k && !o.bias && !radix_only() && one_read_switch() != 0;
+    a.stream = kMode == kSample && with_top_k && !radix_only() && one_read_switch() != 0;
     constexpr int64_t gather_bytes = kCand * sizeof(unsigned long long);
     return o.bias ? launch_select<T, kMode, true>(stream, a, gather_bytes, what)
                   : launch_select<T, kMode>(stream, a, gather_bytes, what);

@@ -57,7 +57,7 @@ struct SelectArgs {
   int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
-  bool stream;         // kSample, no bias: rows with top-k take the one-read path (stream_select.cuh)
+  bool stream;         // kSample: rows with top-k take the one-read path (stream_select.cuh)
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
 };
 

@@ -1,4 +1,5 @@
-// Top-k sampling in one read of the row (kSample with top-k, no bias): each CTA streams its chunk
+// Top-k sampling in one read of the row (kSample with top-k; a logits update's bias is added as the
+// chunk streams, in float32, as the general passes add it): each CTA streams its chunk
 // from global memory once, without a shared-memory copy, and keeps in a list of its own the tokens
 // at or above a floor that its threads' largest tokens put under the chunk's k-th largest
 // (delegate_floor: k threads whose largest lie in bins >= B mean k tokens there). A histogram of
@@ -32,12 +33,14 @@ __device__ uint32_t block_max_key(SelectShared<kThreads>& sh, uint32_t key) {
 // Row r's token by the one-read path into *out, or false (every CTA of the cluster alike) when
 // the row must take the general passes. `lmax` gets this thread's largest sampling value either
 // way (the general passes' delegate and maximum). Called by every thread of every CTA.
-template <class T, int kThreads>
-__device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow, int n,
+template <class T, int kThreads, bool kBias>
+__device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow,
+                                         const float* gbias, int n,
                             int64_t c0, uint32_t last, const RowParams& q, unsigned long long* local,
                             unsigned long long* cand, int32_t* out, bool last_row, float& lmax) {
   constexpr int N = kVecOf<T>;
-  constexpr int U = kStreamPacks;
+  // A 16-bit pack's bias is 8 floats: half the packs a round keep the update within 128 registers.
+  constexpr int U = kBias && sizeof(T) == 2 ? kStreamPacks / 2 : kStreamPacks;
   const int npk = n / N;  // the caller takes this path only for rows of whole packs
   const int lane = threadIdx.x % 32;
   const int rank = static_cast<int>(cl.block_rank());
@@ -50,17 +53,26 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   if (threadIdx.x == 0) sh.nlocal = 0;
   for (int base = 0; base < npk; base += U * kThreads) {
     Pack<T, N> v[U];
+    float b[kBias ? U : 1][N];  // the logits update's output bias
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int pk = base + u * kThreads + threadIdx.x;
-      if (pk < npk) v[u] = load_raw_nc<T, N>(grow + static_cast<int64_t>(pk) * N);
+      if (pk < npk) {
+        v[u] = load_raw_nc<T, N>(grow + static_cast<int64_t>(pk) * N);
+        if constexpr (kBias) load_pack<float, N>(gbias + static_cast<int64_t>(pk) * N, b[u]);
+      }
     }
     auto valid = [&](int u) { return base + u * kThreads + static_cast<int>(threadIdx.x) < npk; };
+    // Token j of pack u as the sampler sees it: the logit, plus the bias in float32.
+    auto logit = [&](int u, int j) {
+      if constexpr (kBias) return to_float(v[u].v[j]) + b[u][j];
+      return to_float(v[u].v[j]);
+    };
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!valid(u)) continue;
 #pragma unroll
-      for (int j = 0; j < N; ++j) vmax = fmaxf(vmax, to_float(v[u].v[j]));
+      for (int j = 0; j < N; ++j) vmax = fmaxf(vmax, logit(u, j));
     }
     if (base == 0) {  // the floor, from the first round's delegates
       const uint32_t kmax = order_key(__float_as_uint(vmax + 0.0f));  // -inf for a thread without tokens
@@ -79,7 +91,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
     for (int u = 0; u < U; ++u) {
       if (!valid(u)) continue;
 #pragma unroll
-      for (int j = 0; j < N; ++j) cnt += kept(to_float(v[u].v[j]));
+      for (int j = 0; j < N; ++j) cnt += kept(logit(u, j));
     }
     uint32_t incl = cnt;
     for (int o = 1; o < 32; o <<= 1) {
@@ -97,7 +109,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
         const int64_t i0 = static_cast<int64_t>(base + u * kThreads + threadIdx.x) * N;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          const float x = to_float(v[u].v[j]);
+          const float x = logit(u, j);
           if (!kept(x)) continue;
           if (slot < kLocalCap) local[slot] = composite(order_key(__float_as_uint(sampling_value(x, false))), last, c0 + i0 + j);
           ++slot;
