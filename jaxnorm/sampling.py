@@ -33,7 +33,10 @@ its own key; CPU and GPU draw the same noise. The kernels read the logits once, 
 the shared memory of a thread-block cluster, and find the top-k/top-p thresholds on those copies:
 a histogram locates the threshold's bin, the tokens at or above it are gathered and sorted in one
 CTA (radix select where they would not fit), with masses summed in 64-bit fixed point (exact,
-order-independent): no sort of the vocabulary, no atomics that change results.
+order-independent): no sort of the vocabulary, no atomics that change results. With ``top_k``,
+where rows queue for the GPU or rows are long, a kernel that copies nothing first keeps, as each
+CTA streams its part of the row, only the tokens near the top, and resolves from those: the same
+thresholds and tokens (``JAXNORM_SAMPLING_ONE_READ=0``/``1`` turns it off or forces it).
 
 Forward only: none of these ops has a gradient, except ``top_k``'s values (like ``lax.top_k``).
 """
