@@ -103,9 +103,10 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
       const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
                                      a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
       if (a.vec && q.use_k && q.k <= kThreads) {
-        if (stream_draw<T, kThreads, kBias>(cl, sh, grow, kBias ? a.bias + c0 : nullptr, n, c0, static_cast<uint32_t>(a.cols - 1), q,
-                                     cand + kCand, cand, static_cast<int32_t*>(a.out) + r,
-                                     rank == 0 && r + gridDim.y >= a.rows, lmax)) {
+        if (stream_draw<T, kThreads, kBias>(cl, sh, grow, kBias ? a.bias + c0 : nullptr, n, c0,
+                                            static_cast<uint32_t>(a.cols - 1), q, cand + kCand, cand,
+                                            static_cast<int32_t*>(a.out) + r, rank == 0 && r + gridDim.y >= a.rows,
+                                            lmax)) {
           continue;
         }
         have_lmax = true;

@@ -35,9 +35,9 @@ __device__ uint32_t block_max_key(SelectShared<kThreads>& sh, uint32_t key) {
 // way (the general passes' delegate and maximum). Called by every thread of every CTA.
 template <class T, int kThreads, bool kBias>
 __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow,
-                                         const float* gbias, int n,
-                            int64_t c0, uint32_t last, const RowParams& q, unsigned long long* local,
-                            unsigned long long* cand, int32_t* out, bool last_row, float& lmax) {
+                                         const float* gbias, int n, int64_t c0, uint32_t last, const RowParams& q,
+                                         unsigned long long* local, unsigned long long* cand, int32_t* out,
+                                         bool last_row, float& lmax) {
   constexpr int N = kVecOf<T>;
   // A 16-bit pack's bias is 8 floats: half the packs a round keep the update within 128 registers.
   constexpr int U = kBias && sizeof(T) == 2 ? kStreamPacks / 2 : kStreamPacks;
