@@ -55,8 +55,9 @@ constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 // once the finished-row test was in, 2 CTAs an SM. The filters and top_k of 256 threads keep
 // ptxas's choice (at 80 the filter with a bias spills). 512-thread CTAs (one an SM) say so: with
 // the sort's call in them and no bound, ptxas held one of them to 64 registers and spilled.
-// kStream: the sampler that tries the one-read top-k path (stream_select.cuh) first, with the
-// chunks not copied into shared memory.
+// kStream: the sampler that tries the one-read top-k path (stream_select.cuh) first; the rows
+// that take it copy nothing, those it hands back copy their chunks as before. It asks for 2 CTAs
+// an SM (128 registers): held to 80, ptxas spilled 100-220 bytes in its general passes.
 template <class T, int kMode, bool kBias, int kThreads, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStream ? 2 : kMode == kSample ? 3 : 0)
     select_rows(const SelectArgs<T> a) {

@@ -100,7 +100,7 @@ struct SelectShared {
   uint32_t peer_at[kMaxCluster];        // each peer's compacted entries
   uint32_t peer_kth[kMaxCluster];       // and the key they lie at or above
   uint32_t peer_top[kMaxCluster][kStreamTop];
-  uint32_t pull_from, row_max;          // the largest of the chunks' k-th keys; the row's largest key
+  uint32_t pull_from, row_max;          // the bound CTA 0 pulls from; the row's largest key
   bool stream_ok;                       // the row takes the path (CTA 0's, after its pull)
 };
 
