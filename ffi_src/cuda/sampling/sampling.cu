@@ -23,6 +23,7 @@ constexpr int64_t kMaxResidentBytes = 160 << 10;
 constexpr int64_t kChunkElemsQueued = 16 << 10;  // float32 rows that queue: 64 KB chunks
 constexpr int64_t kMinChunkElems = 4 << 10;
 constexpr int64_t kLongChunk = 32 << 10;  // tokens: the one-read sampler's chunks from here
+constexpr int64_t kStreamChunk = 32 << 10;  // tokens: the one-read kernel's longest chunks
 
 struct Plan {
   int cluster = 1;
@@ -37,14 +38,15 @@ int default_cluster(int64_t cols, int64_t elem_bytes) {
 
 // The chunks of a cluster of `cluster` CTAs, sized by the logits' element type and aligned for
 // 16-byte loads.
+// `copy`: whether the chunks may be held in shared memory (the one-read kernel holds none).
 template <class T>
-Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem, int cluster) {
+Plan plan_rows(SelectArgs<T>* a, int64_t extra_smem, int cluster, bool copy = true) {
   Plan p;
   p.cluster = cluster;
   constexpr int64_t N = kVecOf<T>;
   a->chunk = ceil_div(ceil_div(a->cols, p.cluster), N) * N;
   const int64_t chunk_bytes = a->chunk * static_cast<int64_t>(sizeof(T));
-  a->resident = chunk_bytes <= kMaxResidentBytes;
+  a->resident = copy && chunk_bytes <= kMaxResidentBytes;
   a->vec = a->cols * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   a->cand_offset = a->resident ? ceil_div(chunk_bytes, 16) * 16 : 0;
   p.dyn_smem = static_cast<size_t>(a->cand_offset + extra_smem);
@@ -163,6 +165,32 @@ RowsLaunch rows_launch(SelectArgs<T>* a, int64_t extra_smem) {
   return l;
 }
 
+// TEMP A/B knob JAXNORM_SAMPLING_STREAM_PLAN=1: the one-read kernel's own plan (below).
+bool stream_plan_switch() {
+  const char* v = std::getenv("JAXNORM_SAMPLING_STREAM_PLAN");
+  return v != nullptr && v[0] == '1';
+}
+
+// The one-read kernel's launch: no shared-memory copy of the chunks (a row it hands back re-reads
+// global memory, mostly from L2), so a CTA needs only its lists and 2 fit an SM whatever the
+// chunk. Chunks of at most kStreamChunk tokens (the list that the first round's floor fills grows
+// with the chunk: ~1.4% of a chunk of normal logits at k = 50), spread over larger clusters while
+// the rows still fit the SMs at once.
+template <class T, int kMode, bool kBias>
+RowsLaunch stream_launch(SelectArgs<T>* a, int64_t extra_smem) {
+  using Few = Launch<T, kMode, kBias, kThreadsFew, true>;
+  using Many = Launch<T, kMode, kBias, kThreadsMany, true>;
+  int c = 1;
+  while (c < kMaxCluster && ceil_div(a->cols, c) > kStreamChunk) c *= 2;
+  SelectArgs<T> t = *a;
+  while (c < kMaxCluster && a->rows <= Many::resident_rows(plan_rows<T>(&t, extra_smem, 2 * c, false))) c *= 2;
+  RowsLaunch l;
+  l.p = plan_rows<T>(a, extra_smem, c, false);
+  l.few = a->rows * l.p.cluster <= device_facts().sms && a->rows <= Few::resident_rows(l.p);
+  if (!l.few) l.waves = ceil_div(a->rows, std::max(1, Many::resident_rows(l.p)));
+  return l;
+}
+
 template <class T, int kMode, bool kBias, bool kStream>
 ffi::Error run_rows(cudaStream_t stream, const SelectArgs<T>& a, const RowsLaunch& l, const char* what) {
   return l.few ? Launch<T, kMode, kBias, kThreadsFew, kStream>::run(stream, a, l.p, what)
@@ -191,7 +219,9 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
     // top-p 0.9): 0.58x at bfloat16 256 x 32000, the general kernel kept at 64 x 128256.
     if (a.stream) {
       SelectArgs<T> s = a;
-      const RowsLaunch one_read = rows_launch<T, kMode, kBias, true>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
+      const int64_t lists = extra_smem + (kLocalCap + kCompCap) * 8;
+      const RowsLaunch one_read = stream_plan_switch() ? stream_launch<T, kMode, kBias>(&s, lists)
+                                                       : rows_launch<T, kMode, kBias, true>(&s, lists);
       const bool queue = a.rows * general.p.cluster > device_facts().sms && one_read.waves <= general.waves;
       if (queue || s.chunk >= kLongChunk || one_read_switch() == 1) {
         return run_rows<T, kMode, kBias, true>(stream, s, one_read, what);
