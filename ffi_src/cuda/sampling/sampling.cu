@@ -23,7 +23,7 @@ constexpr int64_t kMaxResidentBytes = 160 << 10;
 constexpr int64_t kChunkElemsQueued = 16 << 10;  // float32 rows that queue: 64 KB chunks
 constexpr int64_t kMinChunkElems = 4 << 10;
 constexpr int64_t kLongChunk = 32 << 10;  // tokens: the one-read sampler's chunks from here
-constexpr int64_t kStreamChunk = 32 << 10;  // tokens: the one-read kernel's longest chunks
+constexpr int64_t kStreamChunk = 64 << 10;  // tokens: the one-read kernel's longest chunks
 
 struct Plan {
   int cluster = 1;
@@ -184,6 +184,7 @@ RowsLaunch stream_launch(SelectArgs<T>* a, int64_t extra_smem) {
   while (c < kMaxCluster && ceil_div(a->cols, c) > kStreamChunk) c *= 2;
   SelectArgs<T> t = *a;
   while (c < kMaxCluster && a->rows <= Many::resident_rows(plan_rows<T>(&t, extra_smem, 2 * c, false))) c *= 2;
+  if (const char* v = std::getenv("JAXNORM_SAMPLING_STREAM_CLUSTER")) c = std::atoi(v);  // TEMP sweep
   RowsLaunch l;
   l.p = plan_rows<T>(a, extra_smem, c, false);
   l.few = a->rows * l.p.cluster <= device_facts().sms && a->rows <= Few::resident_rows(l.p);

@@ -19,7 +19,7 @@
 namespace jaxnorm {
 namespace sampling {
 
-constexpr int kLocalCap = 1024;  // entries of a CTA's own list (8 KB of shared memory)
+constexpr int kLocalCap = 2048;  // entries of a CTA's own list (16 KB of shared memory)
 constexpr int kCompCap = 512;    // and of its entries at or above theta, sorted (4 KB)
 constexpr int kStreamPacks = 4;  // 16-byte packs a thread has in flight per round
 constexpr int kFloorShift = 19;  // the floor's bins: 1/16 binade of the key, a window of 16 binades
