@@ -4,7 +4,7 @@
 //
 // Its kStream instance (the jaxnorm_sample_with_top_k target, where launch_select picks it) first
 // tries top-k rows by the one-read path of stream_select.cuh, which copies nothing; the rows it
-// hands back take the passes below.
+// hands back take the passes below, over global memory (its launches hold no chunk copy).
 //
 // The sampling modes first try one gather: a histogram of value bins finds the bin that holds the
 // top-k boundary (or, top-p alone, the top-p crossing), and the tokens at or above it (or in it),
@@ -56,7 +56,7 @@ constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 // ptxas's choice (at 80 the filter with a bias spills). 512-thread CTAs (one an SM) say so: with
 // the sort's call in them and no bound, ptxas held one of them to 64 registers and spilled.
 // kStream: the sampler that tries the one-read top-k path (stream_select.cuh) first; the rows
-// that take it copy nothing, those it hands back copy their chunks as before. It asks for 2 CTAs
+// that take it copy nothing, those it hands back re-read global memory. It asks for 2 CTAs
 // an SM (128 registers): held to 80, ptxas spilled 100-220 bytes in its general passes.
 template <class T, int kMode, bool kBias, int kThreads, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStream ? 2 : kMode == kSample ? 3 : 0)

@@ -23,7 +23,6 @@ constexpr int64_t kMaxResidentBytes = 160 << 10;
 constexpr int64_t kChunkElemsQueued = 16 << 10;  // float32 rows that queue: 64 KB chunks
 constexpr int64_t kMinChunkElems = 4 << 10;
 constexpr int64_t kLongChunk = 32 << 10;  // tokens: the one-read sampler's chunks from here
-constexpr int64_t kStreamChunk = 64 << 10;  // tokens: the one-read kernel's longest chunks
 
 struct Plan {
   int cluster = 1;
@@ -147,48 +146,39 @@ int one_read_switch() {
 
 // A launch of select_rows: its plan, and whether it takes the 512-thread CTAs (where the rows'
 // clusters all fit at one CTA an SM, each pass being latency-bound with 8 warps an SM) or 256
-// (up to 3 CTAs an SM); `waves`: how many rounds of resident clusters the rows take.
+// (up to 3 CTAs an SM).
 struct RowsLaunch {
   Plan p;
   bool few = false;
-  int64_t waves = 1;
 };
 
-template <class T, int kMode, bool kBias, bool kStream>
+template <class T, int kMode, bool kBias>
 RowsLaunch rows_launch(SelectArgs<T>* a, int64_t extra_smem) {
-  using Few = Launch<T, kMode, kBias, kThreadsFew, kStream>;
-  using Many = Launch<T, kMode, kBias, kThreadsMany, kStream>;
+  using Few = Launch<T, kMode, kBias, kThreadsFew>;
+  using Many = Launch<T, kMode, kBias, kThreadsMany>;
   RowsLaunch l;
   l.p = plan_rows<T>(a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(*a, extra_smem));
   l.few = a->rows * l.p.cluster <= device_facts().sms && a->rows <= Few::resident_rows(l.p);
-  if (!l.few) l.waves = ceil_div(a->rows, std::max(1, Many::resident_rows(l.p)));  // else one
   return l;
-}
-
-// TEMP A/B knob JAXNORM_SAMPLING_STREAM_PLAN=1: the one-read kernel's own plan (below).
-bool stream_plan_switch() {
-  const char* v = std::getenv("JAXNORM_SAMPLING_STREAM_PLAN");
-  return v != nullptr && v[0] == '1';
 }
 
 // The one-read kernel's launch: no shared-memory copy of the chunks (a row it hands back re-reads
 // global memory, mostly from L2), so a CTA needs only its lists and 2 fit an SM whatever the
-// chunk. Chunks of at most kStreamChunk tokens (the list that the first round's floor fills grows
-// with the chunk: ~1.4% of a chunk of normal logits at k = 50), spread over larger clusters while
-// the rows still fit the SMs at once.
+// chunk. The smallest cluster whose chunks its list holds (kStreamChunkMax), spread while the
+// rows' CTAs still find an SM each. Cluster sizes swept at 1-256 x 32000 and 128256, top-k 50
+// (h100-sampling.md, fc08168): where rows queue, the smallest cluster won (its chain of steps a
+// row is shortest and every row starts at once: float32 64 x 128256 33.9 us at 2 CTAs a row, 55.9
+// at 4, 63.5 at 8; bfloat16 256 x 128256 62.7 at 1, 79.9 at 2, 116.7 at 4).
 template <class T, int kMode, bool kBias>
 RowsLaunch stream_launch(SelectArgs<T>* a, int64_t extra_smem) {
   using Few = Launch<T, kMode, kBias, kThreadsFew, true>;
-  using Many = Launch<T, kMode, kBias, kThreadsMany, true>;
+  const int64_t sms = device_facts().sms;
   int c = 1;
-  while (c < kMaxCluster && ceil_div(a->cols, c) > kStreamChunk) c *= 2;
-  SelectArgs<T> t = *a;
-  while (c < kMaxCluster && a->rows <= Many::resident_rows(plan_rows<T>(&t, extra_smem, 2 * c, false))) c *= 2;
-  if (const char* v = std::getenv("JAXNORM_SAMPLING_STREAM_CLUSTER")) c = std::atoi(v);  // TEMP sweep
+  while (c < kMaxCluster && ceil_div(a->cols, c) > kStreamChunkMax<T, kBias>) c *= 2;
+  while (c < kMaxCluster && a->rows * 2 * c <= sms) c *= 2;
   RowsLaunch l;
   l.p = plan_rows<T>(a, extra_smem, c, false);
-  l.few = a->rows * l.p.cluster <= device_facts().sms && a->rows <= Few::resident_rows(l.p);
-  if (!l.few) l.waves = ceil_div(a->rows, std::max(1, Many::resident_rows(l.p)));
+  l.few = a->rows * c <= sms && a->rows <= Few::resident_rows(l.p);
   return l;
 }
 
@@ -207,24 +197,19 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   // on a row's critical path), +2% at 8 x 128256.
   a.delegate_floor = a.rows >= 64;
   SelectArgs<T> g = a;
-  const RowsLaunch general = rows_launch<T, kMode, kBias, false>(&g, extra_smem);
+  const RowsLaunch general = rows_launch<T, kMode, kBias>(&g, extra_smem);
   if constexpr (kMode == kSample) {
-    // The one-read top-k kernel (stream_select.cuh: room for each CTA's lists; 2 CTAs an SM of 256
-    // threads, 128 registers, where the general sampler fits 3) where rows queue for the SMs and it
-    // takes no more waves, or where a CTA's chunk is long (its passes there are instruction-bound).
-    // Same-call A/B at 1-256 x 32000 and 128256, top-k 50 (h100-sampling.md, a152b8d/3f73b2a):
-    // 0.90-0.91x the time where rows queue (float32 64-256 x 128256, 256 x 32000), 0.83x at
-    // bfloat16 256 x 32000, 0.74x at bfloat16 64 x 128256 (one wave of 64K-token chunks); 1.12x
-    // at bfloat16 256 x 128256 (a wave more), 1.09-1.17x at 1-8 rows of 8K-token chunks (the
-    // latency of its steps on the row's critical path). The logits update (3d25ba3, top-k 50 and
-    // top-p 0.9): 0.58x at bfloat16 256 x 32000, the general kernel kept at 64 x 128256.
+    // The one-read top-k kernel (stream_select.cuh) with its own plan where rows queue for the SMs
+    // (more CTAs than SMs in the general kernel's plan), or where the general kernel's chunks are
+    // long (its passes there are instruction-bound). Same-call A/B against the general kernel, top-k
+    // 50 (h100-sampling.md, fc08168): 0.47x at float32 64 x 128256, 0.44x / 0.39x at float32 /
+    // bfloat16 256 x 128256, 0.60x / 0.52x at 256 x 32000; at 1-8 rows (the latency of its steps on
+    // a row's critical path) 0.91-1.13x, so the general kernel stays there.
     if (a.stream) {
       SelectArgs<T> s = a;
-      const int64_t lists = extra_smem + (kLocalCap + kCompCap) * 8;
-      const RowsLaunch one_read = stream_plan_switch() ? stream_launch<T, kMode, kBias>(&s, lists)
-                                                       : rows_launch<T, kMode, kBias, true>(&s, lists);
-      const bool queue = a.rows * general.p.cluster > device_facts().sms && one_read.waves <= general.waves;
-      if (queue || s.chunk >= kLongChunk || one_read_switch() == 1) {
+      const bool queue = a.rows * general.p.cluster > device_facts().sms;
+      if (queue || g.chunk >= kLongChunk || one_read_switch() == 1) {
+        const RowsLaunch one_read = stream_launch<T, kMode, kBias>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
         return run_rows<T, kMode, kBias, true>(stream, s, one_read, what);
       }
     }

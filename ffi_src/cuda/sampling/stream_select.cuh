@@ -24,6 +24,17 @@ constexpr int kCompCap = 512;    // and of its entries at or above theta, sorted
 constexpr int kStreamPacks = 4;  // 16-byte packs a thread has in flight per round
 constexpr int kFloorShift = 19;  // the floor's bins: 1/16 binade of the key, a window of 16 binades
 
+// Packs a thread streams a round: a 16-bit pack's bias is 8 floats, so the logits update takes
+// half as many and stays within 128 registers.
+template <class T, bool kBias>
+constexpr int kStreamRoundPacks = kBias && sizeof(T) == 2 ? kStreamPacks / 2 : kStreamPacks;
+
+// The longest chunk of the one-read kernel, in tokens. The floor keeps about k / (threads x the
+// tokens a thread sees in the first round) of a chunk (each thread's largest of those is a
+// delegate): at k = 50, 256 threads and 16 tokens a round, ~1.2% of 64K tokens, within the list.
+template <class T, bool kBias>
+constexpr int64_t kStreamChunkMax = int64_t{4096} * kStreamRoundPacks<T, kBias> * kVecOf<T>;
+
 template <int kThreads>
 __device__ uint32_t block_max_key(SelectShared<kThreads>& sh, uint32_t key) {
   // Keys as signed ints with the top bit flipped keep their order.
@@ -39,8 +50,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
                                          unsigned long long* local, unsigned long long* cand, int32_t* out,
                                          bool last_row, float& lmax) {
   constexpr int N = kVecOf<T>;
-  // A 16-bit pack's bias is 8 floats: half the packs a round keep the update within 128 registers.
-  constexpr int U = kBias && sizeof(T) == 2 ? kStreamPacks / 2 : kStreamPacks;
+  constexpr int U = kStreamRoundPacks<T, kBias>;
   const int npk = n / N;  // the caller takes this path only for rows of whole packs
   const int lane = threadIdx.x % 32;
   const int rank = static_cast<int>(cl.block_rank());
