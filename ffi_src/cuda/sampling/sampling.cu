@@ -202,9 +202,10 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
     // The one-read top-k kernel (stream_select.cuh) with its own plan where rows queue for the SMs
     // (more CTAs than SMs in the general kernel's plan), or where the general kernel's chunks are
     // long (its passes there are instruction-bound). Same-call A/B against the general kernel, top-k
-    // 50 (h100-sampling.md, fc08168): 0.47x at float32 64 x 128256, 0.44x / 0.39x at float32 /
-    // bfloat16 256 x 128256, 0.60x / 0.52x at 256 x 32000; at 1-8 rows (the latency of its steps on
-    // a row's critical path) 0.91-1.13x, so the general kernel stays there.
+    // 50 (h100-sampling.md, 8ef219c): 0.47x at float32 64 x 128256 (0.72x bfloat16), 0.43x / 0.39x
+    // at float32 / bfloat16 256 x 128256, 0.60x / 0.52x at 256 x 32000, 0.38-0.52x with a logits
+    // update; forced at 1-8 rows (fc08168's sweep), 0.91-1.34x (the latency of its steps on a
+    // row's critical path), so the general kernel stays there.
     if (a.stream) {
       SelectArgs<T> s = a;
       const bool queue = a.rows * general.p.cluster > device_facts().sms;
