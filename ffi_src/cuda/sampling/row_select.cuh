@@ -4,7 +4,8 @@
 //
 // Its kStream instance (the jaxnorm_sample_with_top_k target, where launch_select picks it) first
 // tries top-k rows by the one-read path of stream_select.cuh, which copies nothing; the rows it
-// hands back take the passes below, over global memory (its launches hold no chunk copy).
+// hands back take the passes below, over global memory (its launches hold no chunk copy), as do
+// rows without top-k or top-p (no filter, min-p): a read for the maximum, then the draw's.
 //
 // The sampling modes first try one gather: a histogram of value bins finds the bin that holds the
 // top-k boundary (or, top-p alone, the top-p crossing), and the tokens at or above it (or in it),
@@ -121,7 +122,10 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         lmax = fmaxf(lmax, sampling_value(x, false));
       }
     };
-    if (a.resident) {
+    // The row's read: into the shared-memory copy, or (nothing held: the one-read kernel's rows
+    // without top-k, rows too long to hold) for the samplers' maximum alone, the draw re-reading
+    // global memory (mostly from L2).
+    if (a.resident || (kMode != kTopK && !have_lmax)) {
       constexpr int N = kVecOf<T>;
       int i0 = 0;
       if (a.vec) {
@@ -149,9 +153,9 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
                 if constexpr (kSums) held.v[j] = sum;
                 note(sum);
               }
-              *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = held;
+              if (a.resident) *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = held;
             } else {
-              *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v[u];
+              if (a.resident) *reinterpret_cast<Pack<T, N>*>(smem_chunk + pk * N) = v[u];
 #pragma unroll
               for (int j = 0; j < N; ++j) note(to_float(v[u].v[j]));
             }
@@ -163,15 +167,13 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         const T v = grow[i];
         if constexpr (kBias) {
           const float sum = to_float(v) + gbias[i];
-          smem_chunk[i] = kSums ? from_float<T>(sum) : v;
+          if (a.resident) smem_chunk[i] = kSums ? from_float<T>(sum) : v;
           note(sum);
         } else {
-          smem_chunk[i] = v;
+          if (a.resident) smem_chunk[i] = v;
           note(to_float(v));
         }
       }
-    } else if (kMode != kTopK && !have_lmax) {
-      for (int i = threadIdx.x; i < n; i += kThreads) lmax = fmaxf(lmax, sampling_value(logit(i), false));
     }
     __syncthreads();
 
@@ -255,9 +257,10 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
       auto token = [&](int i, float& s, uint32_t& bin, uint32_t& key) { token_x(logit(i), s, bin, key); };
       // The logits (bias added) of tokens 4g .. 4g + 3, -inf past the chunk.
       auto logits4 = [&](int g, float (&x)[4]) {
-        if (a.resident && 4 * g + 4 <= n) {
-          // One 4-token load: four scalar loads 16 bytes apart would be 4-way bank conflicts.
-          const Pack<S, 4> pk = *reinterpret_cast<const Pack<S, 4>*>(smem_chunk + 4 * g);
+        if ((a.resident || a.vec) && 4 * g + 4 <= n) {
+          // One 4-token load: from the copy, four scalar loads 16 bytes apart would be 4-way bank
+          // conflicts; from global memory, four load instructions.
+          const Pack<S, 4> pk = *reinterpret_cast<const Pack<S, 4>*>(src + 4 * g);
           float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           if (add_bias) load_pack<float, 4>(gbias + 4 * g, b);
 #pragma unroll
