@@ -1,7 +1,7 @@
-"""Runs one sampling op once on 64 x 128256 float32 logits, for Nsight Compute to capture:
+"""Runs one sampling op once (default: 64 x 128256 float32 logits), for Nsight Compute to capture:
 
     ncu -k regex:select_rows --section SpeedOfLight --section WarpStateStats \\
-        python benchmarks/profile_sampling.py top_p
+        python benchmarks/profile_sampling.py top_p [batch vocab dtype]
 """
 import sys
 
@@ -15,8 +15,8 @@ import jaxnorm
 KW = {"top_k": dict(top_k=50), "top_p": dict(top_p=0.9), "none": {}}
 
 
-def main(which="top_p", batch=64, vocab=128256):
-    x = jax.device_put(3 * np.random.default_rng(0).standard_normal((int(batch), int(vocab)), np.float32))
+def main(which="top_p", batch=64, vocab=128256, dtype="float32"):
+    x = jax.device_put(3 * np.random.default_rng(0).standard_normal((int(batch), int(vocab)), np.float32)).astype(dtype)
     if which.startswith("top_k_op"):
         out = jax.jit(lambda x: jaxnorm.top_k(x, int(which.split("=")[1])))(x)
     else:
@@ -25,4 +25,4 @@ def main(which="top_p", batch=64, vocab=128256):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

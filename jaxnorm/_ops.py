@@ -165,8 +165,8 @@ def _filter(v2):
 
 
 SAMPLE, SAMPLE_V2, FILTER, FILTER_V2 = _sample(False), _sample(True), _filter(False), _filter(True)
-# sample_v2 for calls whose top_k is given, or whose top_p is not (FFI version 5): the CUDA handler
-# may then take the sampler's one-read kernel, which top-p rows without top-k would only slow down.
+# sample_v2 for calls whose top_k is given (FFI version 5): the CUDA handler may then take the
+# sampler's one-read top-k kernel, which rows without top-k would only slow down.
 SAMPLE_WITH_TOP_K = _sample(True, "jaxnorm_sample_with_top_k")
 TOP_K = FfiOp(
     name="jaxnorm_top_k",

@@ -104,12 +104,12 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
     fin, eid = _finished(finished, end_id, batch, x.shape[1], fn)
     if x.shape[0] == 0:
         return jnp.zeros(batch, jnp.int32)
-    # Calls that give top_k (other than a Python 0), or no top_p, lower to the target whose CUDA
-    # handler may take the one-read kernel, which holds no copy of the row: top-p alone needs the
-    # copy (its passes re-read the row). Integer tokens: no gradient.
+    # Calls that give top_k (other than a Python 0) lower to the target whose CUDA handler may take
+    # the one-read top-k kernel. Rows without top-k there read the row twice from global memory
+    # (no copy): for calls without any filter or with min-p alone that lost to the general kernel's
+    # copy except at float32 64 x 128256 (h100-sampling.md, 7f43dd6). Integer tokens: no gradient.
     with_k = top_k is not None and not (isinstance(top_k, (int, np.integer)) and top_k == 0)
-    no_p = top_p is None or (isinstance(top_p, (int, float, np.number)) and top_p >= 1)
-    prim = sample_with_top_k_p if with_k or no_p else sample_p
+    prim = sample_with_top_k_p if with_k else sample_p
     (tokens,) = prim.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp, b, fin, eid)
     return tokens.reshape(batch)
 

@@ -5,7 +5,7 @@
 // Its kStream instance (the jaxnorm_sample_with_top_k target, where launch_select picks it) first
 // tries top-k rows by the one-read path of stream_select.cuh, which copies nothing; the rows it
 // hands back take the passes below, over global memory (its launches hold no chunk copy), as do
-// rows without top-k or top-p (no filter, min-p): a read for the maximum, then the draw's.
+// its rows without top-k: a read for the maximum, then the passes'.
 //
 // The sampling modes first try one gather: a histogram of value bins finds the bin that holds the
 // top-k boundary (or, top-p alone, the top-p crossing), and the tokens at or above it (or in it),

@@ -268,8 +268,8 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
 }
 
 // The sampling modes, with the kernel that holds logits + bias when there is a bias.
-// `with_top_k`: the call gives top-k, or no top-p (the jaxnorm_sample_with_top_k target), so the
-// sampler may take the one-read kernel.
+// `with_top_k`: the caller's rows have top-k (the jaxnorm_sample_with_top_k target), so the sampler may
+// take the one-read kernel.
 template <int kMode>
 ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const SamplingOperands& o, void* out,
                            const char* what, bool with_top_k = false) {
@@ -291,8 +291,8 @@ ffi::Error SampleCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys
   return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample");
 }
 
-// kWithTopK: the jaxnorm_sample_with_top_k target (sample_v2 for calls with top-k or without top-p),
-// which may take the one-read kernel.
+// kWithTopK: the jaxnorm_sample_with_top_k target (sample_v2 for calls with top-k), which may take
+// the one-read kernel.
 template <bool kWithTopK>
 ffi::Error SampleV2Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
                         ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
