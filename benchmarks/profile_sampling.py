@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 import jaxnorm
 
-KW = {"top_k": dict(top_k=50), "top_p": dict(top_p=0.9), "none": {}}
+KW = {"top_k": dict(top_k=50), "top_p": dict(top_p=0.9), "top_k_top_p": dict(top_k=50, top_p=0.9), "none": {}}
 
 
 def main(which="top_p", batch=64, vocab=128256, dtype="float32"):
