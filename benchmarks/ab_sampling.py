@@ -1,0 +1,47 @@
+"""Device time of `jaxnorm.sample` over a grid of shapes, for same-call A/B runs of the sampling
+kernels: run it once per setting (an environment switch such as JAXNORM_SAMPLING_ONE_READ=0/1, read
+at each call), then compare the JSON files it writes.
+
+    python benchmarks/ab_sampling.py LABEL BATCHES DTYPES METHODS [VOCABS]
+    python benchmarks/ab_sampling.py rule 1,8,64,256 float32,bfloat16 "top_k=50;no filter" 32000,128256
+
+METHODS are `bench_sampling.METHODS` names, `;`-separated. Each line printed is one config's median
+device time (the JAX profiler's kernel events, inputs rotated over more memory than L2, as
+bench_sampling times it) and whether every drawn token lies in the reference's kept set; the
+medians go to $OUT/cl-LABEL.json (OUT defaults to /tmp).
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import bench_sampling as bs  # noqa: E402
+import device_time as dt  # noqa: E402
+
+
+def main(label, batches, dtypes, methods, vocabs="128256"):
+    res = {}
+    for dtype in dtypes.split(","):
+        for v in (int(x) for x in vocabs.split(",")):
+            for b in (int(x) for x in batches.split(",")):
+                n_in = dt.inputs_for(b * v * jnp.dtype(dtype).itemsize)
+                keys = jax.random.split(jax.random.key(0), n_in + 1)
+                xs = [(keys[i], (3.0 * jax.random.normal(keys[i], (b, v), jnp.float32)).astype(dtype))
+                      for i in range(n_in)]
+                for m in methods.split(";"):
+                    f = jax.jit(bs.METHODS[m][0])
+                    r = dt.device_time(f, xs, reps=3)
+                    ok = bs.check(m, xs[0][1], f(*xs[0]))
+                    res[f"{dtype} V={v} B={b} {m}"] = r["median"] * 1e6
+                    print(f"{label:6s} {dtype:8s} V={v} B={b:<3d} {m:18s} {r['median'] * 1e6:8.1f} us "
+                          f"{'ok' if ok else 'CHECK FAILED'}", flush=True)
+    with open(os.path.join(os.environ.get("OUT", "/tmp"), f"cl-{label}.json"), "w") as fh:
+        json.dump(res, fh)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])
