@@ -275,6 +275,50 @@ def test_vmap_single_key_matches_loop(rng):
         np.testing.assert_array_equal(np.asarray(batched[i]), np.asarray(jaxnorm.sample(key, xs[i], top_p=0.8)))
 
 
+def _token_word(k0, k1, row_in_key, col):
+    """The kernels' random word of token `col` (common/sampling_math.h: token_words), in numpy."""
+    m = (0xD2511F53, 0xCD9E8D57)
+    c, k = [col >> 2, row_in_key, 0x6A6E5331, 0], [k0, k1]
+    for _ in range(10):
+        p0, p1 = m[0] * c[0], m[1] * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & 0xFFFFFFFF, (p0 >> 32) ^ c[3] ^ k[1], p0 & 0xFFFFFFFF]
+        k = [(k[0] + 0x9E3779B9) & 0xFFFFFFFF, (k[1] + 0xBB67AE85) & 0xFFFFFFFF]
+    return c[col & 3]
+
+
+# A raw key whose token 0 (row_in_key 0) draws the largest uniform there is, 1 - 2^-24 (found by
+# searching keys with _token_word): its Gumbel noise, -ln(-ln(u)) = 16.6, is the largest a token
+# can get. A fast __logf there can return 0, which made the noise +inf.
+EDGE_KEY = (0, 246532)
+
+
+@pytest.mark.parametrize("one_read", ["0", "1"])
+def test_the_largest_uniform_draws_finite_noise(one_read, monkeypatch):
+    """Token 0 gets u = 1 - 2^-24 on every row (one key a row, so every row draws alike). Rows
+    where that noise, 16.6, must win (token 0 level with 39999 others, or 5 below 7 others; by
+    ordinary noise it would win once in 40000, or in 1000) check the replica above; rows where
+    token 0 is 40 below the rest (a kept token: no filter, min-p, top-k with it inside) must
+    never draw it, as they would with an infinite noise. Small rows and cluster rows, both
+    kernels on a GPU."""
+    assert _token_word(*EDGE_KEY, 0, 0) >> 9 == (1 << 23) - 1
+    monkeypatch.setenv("JAXNORM_SAMPLING_ONE_READ", one_read)
+    for vocab in (8, 40000):
+        up = np.full((1, vocab), -5.0, np.float32)
+        up[0, 0] = -10.0 if vocab == 8 else -5.0
+        down = np.zeros((1, vocab), np.float32)
+        down[0, 0] = -40.0
+        k_rows = np.full((1, vocab), -100.0, np.float32)  # top-k 8 keeps tokens 0..7, token 0 last
+        k_rows[0, :8] = 0.0
+        k_rows[0, 0] = -40.0
+        cases = [(up, {}, True), (down, {}, False), (down, dict(min_p=1e-30), False),
+                 (k_rows, dict(top_k=8), False), (k_rows, dict(top_k=8, top_p=1.0), False)]
+        for rows, kw, drawn in cases:
+            x = jnp.asarray(np.repeat(rows, 64, axis=0))  # 64 rows: where rows queue on a GPU
+            keys = jnp.tile(jnp.asarray(EDGE_KEY, jnp.uint32), (64, 1))
+            tokens = np.asarray(jaxnorm.sample(keys, x, **kw))
+            assert np.all((tokens == 0) == drawn), (vocab, kw, tokens[:8])
+
+
 # ----------------------------------------------------------------------------------------------
 # The decoding loop's logits update: output bias, finished rows forced to end_id
 
