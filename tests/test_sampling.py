@@ -286,6 +286,21 @@ def _token_word(k0, k1, row_in_key, col):
     return c[col & 3]
 
 
+def test_noise_is_the_documented_philox(rng):
+    """The randomness contract, held to a replica: a token is the argmax of logit + Gumbel noise
+    -ln(-ln u), u from token_words(col // 4, row_in_key, key data)[col % 4] on the odd multiples of
+    2^-24 (float64 logs here; the backends' logs round differently, which can only flip near-ties,
+    about 1e-5 of these rows)."""
+    hits = 0
+    for _ in range(100):
+        k1, vocab = int(rng.integers(1 << 32)), int(rng.integers(2, 70))
+        x = rng.normal(size=vocab).astype(np.float32)
+        u = np.array([((_token_word(7, k1, 0, c) >> 9) * 2 + 1) * 2.0 ** -24 for c in range(vocab)])
+        want = int(np.argmax(x.astype(np.float64) - np.log(-np.log(u))))
+        hits += want == int(jaxnorm.sample(jnp.asarray([7, k1], jnp.uint32), jnp.asarray(x)))
+    assert hits >= 99, hits
+
+
 # A raw key whose token 0 (row_in_key 0) draws the largest uniform there is, 1 - 2^-24 (found by
 # searching keys with _token_word): its Gumbel noise, -ln(-ln(u)) = 16.6, is the largest a token
 # can get. A fast __logf there can return 0, which made the noise +inf.
