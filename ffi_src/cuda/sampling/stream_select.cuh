@@ -35,6 +35,18 @@ constexpr int kStreamRoundPacks = kBias && sizeof(T) == 2 ? kStreamPacks / 2 : k
 template <class T, bool kBias>
 constexpr int64_t kStreamChunkMax = int64_t{4096} * kStreamRoundPacks<T, kBias> * kVecOf<T>;
 
+// Asks the L2 for packs [from, to) of a row of 16-byte packs starting at p: bulk prefetches (no
+// registers, nothing to wait for) of at most 32 KB each. Called by one thread.
+template <class T, int N>
+__device__ __forceinline__ void prefetch_packs_l2(const T* p, int from, int to) {
+  constexpr int kPiece = (32 << 10) / (N * static_cast<int>(sizeof(T)));
+  for (int i = from; i < to; i += kPiece) {
+    const uint32_t bytes = static_cast<uint32_t>(min(kPiece, to - i) * N * static_cast<int>(sizeof(T)));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + static_cast<int64_t>(i) * N), "r"(bytes)
+                 : "memory");
+  }
+}
+
 template <int kThreads>
 __device__ uint32_t block_max_key(SelectShared<kThreads>& sh, uint32_t key) {
   // Keys as signed ints with the top bit flipped keep their order.
@@ -48,7 +60,7 @@ template <class T, int kThreads, bool kBias>
 __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow,
                                          const float* gbias, int n, int64_t c0, uint32_t last, const RowParams& q,
                                          unsigned long long* local, unsigned long long* cand, int32_t* out,
-                                         bool last_row, float& lmax) {
+                                         bool last_row, float& lmax, int prefetch) {
   constexpr int N = kVecOf<T>;
   constexpr int U = kStreamRoundPacks<T, kBias>;
   const int npk = n / N;  // the caller takes this path only for rows of whole packs
@@ -62,6 +74,9 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   bool keep_all = true;  // no floor: k past the delegates, or a bound at or below -inf
   if (threadIdx.x == 0) sh.nlocal = 0;
   for (int base = 0; base < npk; base += U * kThreads) {
+    if (prefetch == 1 && threadIdx.x == 0) {
+      prefetch_packs_l2<T, N>(grow, min(npk, base + 2 * U * kThreads), min(npk, base + 3 * U * kThreads));
+    }
     Pack<T, N> v[U];
     float b[kBias ? U : 1][N];  // the logits update's output bias
 #pragma unroll
