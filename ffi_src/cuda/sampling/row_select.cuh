@@ -102,10 +102,11 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
     float lmax = -INFINITY;
     bool have_lmax = false;  // the one-read path computed it
     if constexpr (kStream) {
-      if (a.prefetch > 0 && a.vec && threadIdx.x == 0) {
-        // Before the row's parameters are read: the first rounds (or the chunk) on their way to L2.
+      if (a.vec && threadIdx.x == 0) {
+        // Before the row's parameters are read, the first two rounds on their way to L2: with more
+        // rows than clusters the next row's first loads otherwise wait a full DRAM latency.
         constexpr int N = kVecOf<T>;
-        prefetch_packs_l2<T, N>(grow, 0, a.prefetch == 2 ? n / N : min(n / N, 2 * kStreamRoundPacks<T, kBias> * kThreads));
+        prefetch_packs_l2<T, N>(grow, 0, min(n / N, 2 * kStreamRoundPacks<T, kBias> * kThreads));
       }
       const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
                                      a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
@@ -113,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         if (stream_draw<T, kThreads, kBias>(cl, sh, grow, kBias ? a.bias + c0 : nullptr, n, c0,
                                             static_cast<uint32_t>(a.cols - 1), q, cand + kCand, cand,
                                             static_cast<int32_t*>(a.out) + r, rank == 0 && r + gridDim.y >= a.rows,
-                                            lmax, a.prefetch)) {
+                                            lmax)) {
           continue;
         }
         have_lmax = true;

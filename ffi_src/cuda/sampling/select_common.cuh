@@ -58,8 +58,6 @@ struct SelectArgs {
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   bool stream;         // kSample: rows with top-k take the one-read path (stream_select.cuh)
-  int prefetch;        // TEMP A/B (JAXNORM_SAMPLING_PREFETCH): the one-read path's L2 prefetch:
-                       // 0 none, 1 two rounds ahead, 2 the whole chunk at the row's start
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
 };
 

@@ -60,7 +60,7 @@ template <class T, int kThreads, bool kBias>
 __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow,
                                          const float* gbias, int n, int64_t c0, uint32_t last, const RowParams& q,
                                          unsigned long long* local, unsigned long long* cand, int32_t* out,
-                                         bool last_row, float& lmax, int prefetch) {
+                                         bool last_row, float& lmax) {
   constexpr int N = kVecOf<T>;
   constexpr int U = kStreamRoundPacks<T, kBias>;
   const int npk = n / N;  // the caller takes this path only for rows of whole packs
@@ -74,7 +74,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   bool keep_all = true;  // no floor: k past the delegates, or a bound at or below -inf
   if (threadIdx.x == 0) sh.nlocal = 0;
   for (int base = 0; base < npk; base += U * kThreads) {
-    if (prefetch == 1 && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {  // the round after next: two rounds in flight beyond the loads
       prefetch_packs_l2<T, N>(grow, min(npk, base + 2 * U * kThreads), min(npk, base + 3 * U * kThreads));
     }
     Pack<T, N> v[U];
