@@ -7,11 +7,25 @@
 namespace jaxnorm {
 namespace sampling {
 
-// Block-wide sum and exclusive scan (in thread order) of one 64-bit value a thread.
+// Warp- and block-wide sums and exclusive scans (in thread order) of one 64-bit value a thread.
+__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long warp_inclusive_scan(unsigned long long v) {
+  const int lane = threadIdx.x % 32;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long t = __shfl_up_sync(~0u, v, o);
+    if (lane >= o) v += t;
+  }
+  return v;
+}
+
 template <int kThreads>
 __device__ unsigned long long block_sum(SelectShared<kThreads>& sh, unsigned long long v) {
   constexpr int kWarps = kThreads / 32;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  v = warp_sum(v);
   __syncthreads();  // an earlier reader of sh.wsum is done
   if (threadIdx.x % 32 == 0) sh.wsum[threadIdx.x / 32] = v;
   __syncthreads();
@@ -24,11 +38,7 @@ __device__ unsigned long long block_sum(SelectShared<kThreads>& sh, unsigned lon
 template <int kThreads>
 __device__ unsigned long long block_exclusive_scan(SelectShared<kThreads>& sh, unsigned long long v) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  unsigned long long incl = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned long long t = __shfl_up_sync(~0u, incl, o);
-    if (lane >= o) incl += t;
-  }
+  const unsigned long long incl = warp_inclusive_scan(v);
   __syncthreads();
   if (lane == 31) sh.wsum[warp] = incl;
   __syncthreads();
@@ -230,6 +240,7 @@ struct Gather {
   int n = 0;                     // candidates
   unsigned long long above = 0;  // mass of the larger tokens not gathered (top-p alone)
   unsigned long long target = 0; // top-p's target over the whole row (top-p alone)
+  bool block_resolve = false;    // TEMP A/B (JAXNORM_SAMPLING_BLOCK_RESOLVE=1): never one warp
 };
 
 // The gather: one histogram pass over value bins, the boundary bin found as the radix path's
@@ -332,9 +343,10 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
 // CTA 0, after a gather that fits: sorts the candidates and resolves top-k, top-p within it and
 // min-p as the radix path would (the k-th largest key; the last value whose strictly larger mass,
 // in the same fixed point, is below the target); publishes the thresholds in sh.pub. With kDraw
-// returns the token: the Gumbel-max over the kept candidates, with the noise the full pass would
-// give each of them, and over (best, best_i), this thread's share of the peers' draws above the
-// gathered bin (read by the caller before the sort, so the peers need not wait for it).
+// returns the token (to thread 0): the Gumbel-max over the kept candidates, with the noise the
+// full pass would give each of them, and over (best, best_i), this thread's share of the peers'
+// draws above the gathered bin (read by the caller before the sort, so the peers need not wait
+// for it; at most one a CTA of the cluster, so in warp 0).
 template <bool kDraw, int kThreads>
 __device__ int resolve_candidates(SelectShared<kThreads>& sh, unsigned long long* cand, const Gather& g, float m,
                                   const RowParams& q, uint32_t last, float best, int best_i) {
@@ -345,60 +357,73 @@ __device__ int resolve_candidates(SelectShared<kThreads>& sh, unsigned long long
   __syncthreads();
   bitonic_sort_desc<kThreads>(cand, kp);
   const uint32_t kkey = q.use_k ? static_cast<uint32_t>(cand[q.k - 1] >> 32) : 0u;
-  // Candidate J * thread + j, recomputed in each step rather than held across the block
-  // reductions (registers): its key, s, and whether it is in the top-k set.
-  auto at = [&](int j, uint32_t& key, float& s) {
-    const int i = J * threadIdx.x + j;
-    key = i < g.n ? static_cast<uint32_t>(cand[i] >> 32) : 0u;
-    s = (key_value(key) - m) * q.inv_t;
-    return i < g.n && key >= kkey;
-  };
-  uint32_t pkey = 0;
-  if (q.use_p) {
-    unsigned long long local = 0;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      uint32_t key;
-      float s;
-      if (at(j, key, s)) local += mass_of(s);
-    }
-    const unsigned long long target = q.use_k ? top_p_target(q.p, block_sum(sh, local)) : g.target;
-    unsigned long long excl = g.above + block_exclusive_scan(sh, local);
-    int cut = -1;  // the last candidate that starts a value whose larger mass is below the target
-    uint32_t prev = J * threadIdx.x > 0 && J * threadIdx.x < g.n ? static_cast<uint32_t>(cand[J * threadIdx.x - 1] >> 32) : 0u;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int i = J * threadIdx.x + j;
-      uint32_t key;
-      float s;
-      if (!at(j, key, s)) break;
-      if ((i == 0 || key != prev) && excl < target) cut = i;
-      excl += mass_of(s);
-      prev = key;
-    }
-    cut = max(block_max(sh, cut), 0);  // the first candidate always qualifies
-    pkey = static_cast<uint32_t>(cand[cut] >> 32);
-  }
-  if (threadIdx.x == 0) {
-    sh.pub[0] = q.use_k ? value_bin((key_value(kkey) - m) * q.inv_t) : 0u;
-    sh.pub[1] = kkey;
-    sh.pub[2] = q.use_p ? value_bin((key_value(pkey) - m) * q.inv_t) : 0u;
-    sh.pub[3] = pkey;
-  }
+  // When every candidate is in warp 0's share (as are the peers' draws), warp 0 resolves alone:
+  // its shuffles give the sums, the scan and the best without a block barrier, the same integers
+  // and the same total order as the block's. The choice is the same in every thread.
+  const bool one_warp = g.n <= 32 * J && !g.block_resolve;
   int token = -1;
-  if constexpr (kDraw) {
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
+  if (!one_warp || threadIdx.x < 32) {
+    // Candidate J * thread + j, recomputed in each step rather than held across the block
+    // reductions (registers): its key, s, and whether it is in the top-k set.
+    auto at = [&](int j, uint32_t& key, float& s) {
       const int i = J * threadIdx.x + j;
-      uint32_t key;
-      float s;
-      if (!at(j, key, s) || key < pkey || !(s >= q.log_min_p)) continue;
-      const int idx = static_cast<int>(last - static_cast<uint32_t>(cand[i]));
-      const float score = gumbel_score(s, token_word(idx, q));
-      if (better(score, idx, best, best_i)) best = score, best_i = idx;
+      key = i < g.n ? static_cast<uint32_t>(cand[i] >> 32) : 0u;
+      s = (key_value(key) - m) * q.inv_t;
+      return i < g.n && key >= kkey;
+    };
+    uint32_t pkey = 0;
+    if (q.use_p) {
+      unsigned long long local = 0;
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        uint32_t key;
+        float s;
+        if (at(j, key, s)) local += mass_of(s);
+      }
+      const unsigned long long target =
+          q.use_k ? top_p_target(q.p, one_warp ? warp_sum(local) : block_sum(sh, local)) : g.target;
+      unsigned long long excl =
+          g.above + (one_warp ? warp_inclusive_scan(local) - local : block_exclusive_scan(sh, local));
+      int cut = -1;  // the last candidate that starts a value whose larger mass is below the target
+      uint32_t prev = J * threadIdx.x > 0 && J * threadIdx.x < g.n ? static_cast<uint32_t>(cand[J * threadIdx.x - 1] >> 32) : 0u;
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int i = J * threadIdx.x + j;
+        uint32_t key;
+        float s;
+        if (!at(j, key, s)) break;
+        if ((i == 0 || key != prev) && excl < target) cut = i;
+        excl += mass_of(s);
+        prev = key;
+      }
+      cut = max(one_warp ? __reduce_max_sync(~0u, cut) : block_max(sh, cut), 0);  // the first candidate always qualifies
+      pkey = static_cast<uint32_t>(cand[cut] >> 32);
     }
-    block_best(sh, best, best_i);
-    token = sh.wi[0];  // thread 0's
+    if (threadIdx.x == 0) {
+      sh.pub[0] = q.use_k ? value_bin((key_value(kkey) - m) * q.inv_t) : 0u;
+      sh.pub[1] = kkey;
+      sh.pub[2] = q.use_p ? value_bin((key_value(pkey) - m) * q.inv_t) : 0u;
+      sh.pub[3] = pkey;
+    }
+    if constexpr (kDraw) {
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int i = J * threadIdx.x + j;
+        uint32_t key;
+        float s;
+        if (!at(j, key, s) || key < pkey || !(s >= q.log_min_p)) continue;
+        const int idx = static_cast<int>(last - static_cast<uint32_t>(cand[i]));
+        const float score = gumbel_score(s, token_word(idx, q));
+        if (better(score, idx, best, best_i)) best = score, best_i = idx;
+      }
+      if (one_warp) {
+        warp_best(best, best_i);
+        token = best_i;
+      } else {
+        block_best(sh, best, best_i);
+        token = sh.wi[0];  // thread 0's
+      }
+    }
   }
   __syncthreads();  // every read of cand is done before the next row's gather
   if (threadIdx.x == 0) sh.ncand = 0;

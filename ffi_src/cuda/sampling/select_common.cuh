@@ -58,6 +58,7 @@ struct SelectArgs {
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   bool stream;         // kSample: rows with top-k take the one-read path (stream_select.cuh)
+  bool block_resolve;  // TEMP A/B (JAXNORM_SAMPLING_BLOCK_RESOLVE=1)
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
 };
 
@@ -151,14 +152,19 @@ __device__ V cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh
 
 // The block's best (score, index), left in sh.wf[0] / sh.wi[0] for thread 0 (callers sync
 // before others read it).
-template <int kThreads>
-__device__ void block_best(SelectShared<kThreads>& sh, float s, int i) {
-  constexpr int kWarps = kThreads / 32;
+// The warp's best (score, index), in every lane.
+__device__ __forceinline__ void warp_best(float& s, int& i) {
   for (int o = 16; o > 0; o >>= 1) {
     const float s2 = __shfl_xor_sync(~0u, s, o);
     const int i2 = __shfl_xor_sync(~0u, i, o);
     if (better(s2, i2, s, i)) s = s2, i = i2;
   }
+}
+
+template <int kThreads>
+__device__ void block_best(SelectShared<kThreads>& sh, float s, int i) {
+  constexpr int kWarps = kThreads / 32;
+  warp_best(s, i);
   __syncthreads();  // an earlier reader of sh.wf / sh.wi is done
   if (threadIdx.x % 32 == 0) sh.wf[threadIdx.x / 32] = s, sh.wi[threadIdx.x / 32] = i;
   __syncthreads();
