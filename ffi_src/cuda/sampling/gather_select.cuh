@@ -240,7 +240,6 @@ struct Gather {
   int n = 0;                     // candidates
   unsigned long long above = 0;  // mass of the larger tokens not gathered (top-p alone)
   unsigned long long target = 0; // top-p's target over the whole row (top-p alone)
-  bool block_resolve = false;    // TEMP A/B (JAXNORM_SAMPLING_BLOCK_RESOLVE=1): never one warp
 };
 
 // The gather: one histogram pass over value bins, the boundary bin found as the radix path's
@@ -360,7 +359,7 @@ __device__ int resolve_candidates(SelectShared<kThreads>& sh, unsigned long long
   // When every candidate is in warp 0's share (as are the peers' draws), warp 0 resolves alone:
   // its shuffles give the sums, the scan and the best without a block barrier, the same integers
   // and the same total order as the block's. The choice is the same in every thread.
-  const bool one_warp = g.n <= 32 * J && !g.block_resolve;
+  const bool one_warp = g.n <= 32 * J;
   int token = -1;
   if (!one_warp || threadIdx.x < 32) {
     // Candidate J * thread + j, recomputed in each step rather than held across the block

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         if (stream_draw<T, kThreads, kBias>(cl, sh, grow, kBias ? a.bias + c0 : nullptr, n, c0,
                                             static_cast<uint32_t>(a.cols - 1), q, cand + kCand, cand,
                                             static_cast<int32_t*>(a.out) + r, rank == 0 && r + gridDim.y >= a.rows,
-                                            lmax, a.block_resolve)) {
+                                            lmax)) {
           continue;
         }
         have_lmax = true;
@@ -299,7 +299,6 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         g = gather_candidates<kMode == kSample>(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand,
                                                 a.gather_cap, q, floor_bin, token, token4, s_of);
       }
-      g.block_resolve = a.block_resolve;
       if (g.fits) {
         constexpr bool kDraw = kMode == kSample;
         drawn = kDraw;

@@ -144,12 +144,6 @@ int one_read_switch() {
   return v == nullptr || v[0] == 0 ? -1 : v[0] == '1' ? 1 : 0;
 }
 
-// TEMP A/B: JAXNORM_SAMPLING_BLOCK_RESOLVE=1 resolves the candidates with block reductions always.
-bool block_resolve_switch() {
-  const char* v = std::getenv("JAXNORM_SAMPLING_BLOCK_RESOLVE");
-  return v != nullptr && v[0] == '1';
-}
-
 // A launch of select_rows: its plan, and whether it takes the 512-thread CTAs (where the rows'
 // clusters all fit at one CTA an SM, each pass being latency-bound with 8 warps an SM) or 256
 // (up to 3 CTAs an SM).
@@ -283,7 +277,6 @@ ffi::Error launch_sampling(cudaStream_t stream, const ffi::AnyBuffer& x, const S
     using T = typename decltype(tag)::type;
     SelectArgs<T> a = select_args<T>(x, o, out);
     a.stream = kMode == kSample && with_top_k && !radix_only() && one_read_switch() != 0;
-    a.block_resolve = block_resolve_switch();
     constexpr int64_t gather_bytes = kCand * sizeof(unsigned long long);
     return o.bias ? launch_select<T, kMode, true>(stream, a, gather_bytes, what)
                   : launch_select<T, kMode>(stream, a, gather_bytes, what);

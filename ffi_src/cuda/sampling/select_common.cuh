@@ -58,7 +58,6 @@ struct SelectArgs {
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   bool stream;         // kSample: rows with top-k take the one-read path (stream_select.cuh)
-  bool block_resolve;  // TEMP A/B (JAXNORM_SAMPLING_BLOCK_RESOLVE=1)
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
 };
 

@@ -60,7 +60,7 @@ template <class T, int kThreads, bool kBias>
 __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow,
                                          const float* gbias, int n, int64_t c0, uint32_t last, const RowParams& q,
                                          unsigned long long* local, unsigned long long* cand, int32_t* out,
-                                         bool last_row, float& lmax, bool block_resolve) {
+                                         bool last_row, float& lmax) {
   constexpr int N = kVecOf<T>;
   constexpr int U = kStreamRoundPacks<T, kBias>;
   const int npk = n / N;  // the caller takes this path only for rows of whole packs
@@ -277,7 +277,6 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
     if (last_row) arrive_early(&sh.arrived);
     Gather g;
     g.fits = g.all = true;
-    g.block_resolve = block_resolve;
     g.n = static_cast<int>(sh.ncand);
     const int t = resolve_candidates<true>(sh, cand, g, m, q, last, -INFINITY, 0x7fffffff);
     if (threadIdx.x == 0) *out = t;
