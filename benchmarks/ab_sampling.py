@@ -9,6 +9,11 @@ METHODS are `bench_sampling.METHODS` names, `;`-separated. Each line printed is 
 device time (the JAX profiler's kernel events, inputs rotated over more memory than L2, as
 bench_sampling times it) and whether every drawn token lies in the reference's kept set; the
 medians go to $OUT/cl-LABEL.json (OUT defaults to /tmp).
+
+    python benchmarks/ab_sampling.py --compare DIR A B [C ...]
+
+prints, for every config, the best (smallest) time over the runs whose labels start with each
+prefix (A the baseline: the others as ratios to it), from DIR's cl-*.json.
 """
 import json
 import os
@@ -43,5 +48,25 @@ def main(label, batches, dtypes, methods, vocabs="128256"):
         json.dump(res, fh)
 
 
+def compare(folder, base, *others):
+    runs = {}
+    for name in os.listdir(folder):
+        if name.startswith("cl-") and name.endswith(".json"):
+            with open(os.path.join(folder, name)) as fh:
+                runs[name[3:-5]] = json.load(fh)
+
+    def best(prefix, key):
+        times = [r[key] for label, r in runs.items() if label.startswith(prefix) and key in r]
+        return min(times) if times else float("nan")
+
+    for key in sorted({k for r in runs.values() for k in r}):
+        a = best(base, key)
+        cols = "".join(f"  {p} {best(p, key):8.1f} ({best(p, key) / a:.3f})" for p in others)
+        print(f"{key:45s} {base} {a:8.1f}{cols}")
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    if sys.argv[1] == "--compare":
+        compare(*sys.argv[2:])
+    else:
+        main(*sys.argv[1:6])
