@@ -149,8 +149,6 @@ __device__ V cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh
   return m;
 }
 
-// The block's best (score, index), left in sh.wf[0] / sh.wi[0] for thread 0 (callers sync
-// before others read it).
 // The warp's best (score, index), in every lane.
 __device__ __forceinline__ void warp_best(float& s, int& i) {
   for (int o = 16; o > 0; o >>= 1) {
@@ -160,6 +158,8 @@ __device__ __forceinline__ void warp_best(float& s, int& i) {
   }
 }
 
+// The block's best (score, index), left in sh.wf[0] / sh.wi[0] for thread 0 (callers sync
+// before others read it).
 template <int kThreads>
 __device__ void block_best(SelectShared<kThreads>& sh, float s, int i) {
   constexpr int kWarps = kThreads / 32;
