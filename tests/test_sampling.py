@@ -303,7 +303,8 @@ def test_noise_is_the_documented_philox(rng):
 
 # A raw key whose token 0 (row_in_key 0) draws the largest uniform there is, 1 - 2^-24 (found by
 # searching keys with _token_word): its Gumbel noise, -ln(-ln(u)) = 16.6, is the largest a token
-# can get. A fast __logf there can return 0, which made the noise +inf.
+# can get. A fast __logf may return 0 there (PyTorch guards it), which would make the noise +inf;
+# on sm_90 it did not (benchmarks/results/h200-sampling-e0a2848/edge-old.log).
 EDGE_KEY = (0, 246532)
 
 

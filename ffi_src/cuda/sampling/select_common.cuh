@@ -342,10 +342,10 @@ __device__ __forceinline__ unsigned long long mass_of(float s) {
 }
 
 // -ln(u) of a uniform in (0, 1). Near 1 __logf is no good: its absolute error (up to 2^-21.41 on
-// [0.5, 2], CUDA's math API) is most of the value, and it may return 0 for u = 1 - 2^-24 (PyTorch
-// guards its exponential sampler there for that reason), which would give that token an infinite
-// noise: it would win its row whatever its logit (one token in 2^23; 1.5% of the rows of an
-// unfiltered 128K vocabulary). For v = 1 - u <= 1/16 (exact), the series of -ln(1 - v) to v^6
+// [0.5, 2], CUDA's math API) is most of the value (~5% of it at the largest u of a 128K-token row,
+// whose noises decide flat rows). PyTorch guards its exponential sampler at u = 1 - 2^-24, where
+// the fast log may return 0 (an infinite noise); on sm_90 it did not (H200, e0a2848), but nothing
+// documents that. For v = 1 - u <= 1/16 (exact), the series of -ln(1 - v) to v^6
 // (relative error < 1e-8); __logf elsewhere (|ln u| >= 0.064: relative error < 6e-6). Branch-free:
 // a warp's tokens would take both sides.
 __device__ __forceinline__ float neg_log_uniform(float u) {
