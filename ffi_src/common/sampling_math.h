@@ -33,7 +33,13 @@ JN_HD uint32_t mulhi32(uint32_t a, uint32_t b) {
   return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
 }
 
+// kUnroll: the GPU's unrolling of the rounds (1 where a few tokens a row are drawn, whose code is
+// fetched afresh each row).
+template <int kUnroll = 10>
 JN_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
+#ifdef __CUDA_ARCH__
+#pragma unroll kUnroll
+#endif
   for (int i = 0; i < 10; ++i) {
     const uint32_t hi0 = mulhi32(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
     const uint32_t hi1 = mulhi32(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
@@ -51,8 +57,9 @@ JN_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, 
 constexpr uint32_t kStreamTag = 0x6a6e5331u;
 
 // The four random words of token group `group` (tokens 4*group .. 4*group+3) of a row.
+template <int kUnroll = 10>
 JN_HD Philox4 token_words(uint32_t group, uint32_t row_in_key, uint32_t k0, uint32_t k1) {
-  return philox4x32_10(group, row_in_key, kStreamTag, 0u, k0, k1);
+  return philox4x32_10<kUnroll>(group, row_in_key, kStreamTag, 0u, k0, k1);
 }
 
 // A uniform in (0, 1) from a word: odd multiples of 2^-24, never 0 or 1.

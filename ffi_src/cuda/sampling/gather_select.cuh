@@ -67,6 +67,7 @@ __device__ int block_max(SelectShared<kThreads>& sh, int v) {
 // Two entries a lane: at four, ptxas spilled in the top_k kernels of 256 threads.
 constexpr int kSortLane = 2;               // entries a lane holds
 constexpr int kSortSeg = 32 * kSortLane;  // entries a warp sorts in registers
+static_assert(kSortLane == 2, "bitonic_segments' in-lane step takes two entries a lane");
 
 // The bitonic steps of sizes size_lo .. size_hi (powers of two) whose strides are below kSortSeg,
 // over each of this warp's segments of cand[0, kp) (entries past kp held as 0, not stored). Not
@@ -83,22 +84,20 @@ __device__ __noinline__ void bitonic_segments(unsigned long long* cand, int kp, 
       v[e] = i < kp ? cand[i] : 0ull;
     }
     for (int size = size_lo; size <= size_hi; size <<= 1) {
-#pragma unroll
-      for (int s = kSortSeg / 2; s > 0; s >>= 1) {
-        if (s >= size) continue;
+      // The strides rolled: each row sorts a few times, and its code is fetched afresh each row.
+#pragma unroll 1
+      for (int s = min(size, kSortSeg) / 2; s > 0; s >>= 1) {
+        if (s == 32) {  // within the lane: entries 0 and 1 (kSortLane == 2)
+          const bool desc = ((base + lane) & size) == 0;
+          const unsigned long long x = v[0], y = v[1];
+          if ((x < y) == desc) v[0] = y, v[1] = x;
+          continue;
+        }
 #pragma unroll
         for (int e = 0; e < E; ++e) {
-          const int i = base + 32 * e + lane;
-          const bool desc = (i & size) == 0;  // the same for both entries of a pair
-          if (s >= 32) {
-            const int f = e | (s / 32);
-            if (f == e) continue;
-            const unsigned long long x = v[e], y = v[f];
-            if ((x < y) == desc) v[e] = y, v[f] = x;
-          } else {
-            const unsigned long long o = __shfl_xor_sync(~0u, v[e], s);
-            v[e] = (((lane & s) == 0) == desc) ? max(v[e], o) : min(v[e], o);
-          }
+          const bool desc = ((base + 32 * e + lane) & size) == 0;  // the same for both entries of a pair
+          const unsigned long long o = __shfl_xor_sync(~0u, v[e], s);
+          v[e] = (((lane & s) == 0) == desc) ? max(v[e], o) : min(v[e], o);
         }
       }
     }
@@ -129,6 +128,34 @@ __device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
     bitonic_segments<kThreads>(cand, kp, size, size);
     __syncthreads();
   }
+}
+
+// Sorts cand[0, n) descending (kp: the bitonic length, cand[n, kp) already 0). Short lists, as a
+// row's chain has (the ~50 entries of a chunk, the ~100 candidates of a row), are sorted by
+// ranking: thread i counts the entries above its own (ties by position) and stores it at that
+// rank: two barriers and a few instructions of code, where the bitonic network takes 21-28 steps
+// and kilobytes of code fetched afresh each row.
+constexpr int kRankSortMax = 128;
+
+template <int kThreads>
+__device__ void sort_desc(unsigned long long* cand, int n, int kp) {
+  static_assert(kThreads >= kRankSortMax, "one entry a thread");
+  if (n > kRankSortMax) {
+    bitonic_sort_desc<kThreads>(cand, kp);
+    return;
+  }
+  const int i = threadIdx.x;
+  const unsigned long long e = i < n ? cand[i] : 0ull;
+  int rank = 0;
+  if (i < n) {
+    for (int j = 0; j < n; ++j) {
+      const unsigned long long c = cand[j];
+      rank += c > e || (c == e && j < i);
+    }
+  }
+  __syncthreads();
+  if (i < n) cand[rank] = e;
+  __syncthreads();
 }
 
 // Appends c to CTA 0's buffer `cand0` (the first `cap` entries) for the lanes with sel: the warp
@@ -354,7 +381,7 @@ __device__ int resolve_candidates(SelectShared<kThreads>& sh, unsigned long long
   while (kp < g.n) kp <<= 1;
   for (int i = g.n + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
   __syncthreads();
-  bitonic_sort_desc<kThreads>(cand, kp);
+  sort_desc<kThreads>(cand, g.n, kp);
   const uint32_t kkey = q.use_k ? static_cast<uint32_t>(cand[q.k - 1] >> 32) : 0u;
   // When every candidate is in warp 0's share (as are the peers' draws), warp 0 resolves alone:
   // its shuffles give the sums, the scan and the best without a block barrier, the same integers
@@ -405,7 +432,7 @@ __device__ int resolve_candidates(SelectShared<kThreads>& sh, unsigned long long
       sh.pub[3] = pkey;
     }
     if constexpr (kDraw) {
-#pragma unroll
+#pragma unroll 1
       for (int j = 0; j < J; ++j) {
         const int i = J * threadIdx.x + j;
         uint32_t key;

@@ -360,9 +360,9 @@ __device__ __forceinline__ float gumbel_score(float s, uint32_t word) {
 }
 
 // Token idx's own random word (its group's Philox call picks one of four; selects, not an
-// indexed local array).
+// indexed local array). For a row's few candidates: the rounds rolled.
 __device__ __forceinline__ uint32_t token_word(int idx, const RowParams& q) {
-  const Philox4 r = token_words(static_cast<uint32_t>(idx) >> 2, q.row_in_key, q.key0, q.key1);
+  const Philox4 r = token_words<1>(static_cast<uint32_t>(idx) >> 2, q.row_in_key, q.key0, q.key1);
   return idx & 2 ? (idx & 1 ? r.v[3] : r.v[2]) : (idx & 1 ? r.v[1] : r.v[0]);
 }
 

@@ -187,7 +187,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
       while (kp < static_cast<int>(at)) kp <<= 1;
       for (int i = at + threadIdx.x; i < kp; i += kThreads) comp[i] = 0;
       __syncthreads();
-      bitonic_sort_desc<kThreads>(comp, kp);
+      sort_desc<kThreads>(comp, static_cast<int>(at), kp);
     }
   }
   if (threadIdx.x == 0) {
