@@ -160,6 +160,13 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
 // where every 256-column segment of the row is whole: the halves permute the segment's packs.
 constexpr int kSplitGap = 128;
 
+// Rows are split from this width: at 1024-4096 columns split packs measured no faster
+// (results/h100-rows.md, v15). Knob for A/B runs.
+#ifndef JAXNORM_SPLIT_PACK_COLS
+#define JAXNORM_SPLIT_PACK_COLS 16384
+#endif
+constexpr long long kSplitPackCols = JAXNORM_SPLIT_PACK_COLS;
+
 template <class T, int N>
 __device__ __forceinline__ Pack<T, N> load_raw_split(const T* p, bool split) {
   if constexpr (N % 2 == 0) {

@@ -32,12 +32,6 @@ NormFwdOp<T, kCentered> norm_fwd_op(const ffi::AnyBuffer& x, ffi::Result<ffi::An
           has_bias};
 }
 
-// Split packs (device_types.cuh) from this width: at 1024-4096 columns they measured no faster
-// (results/h100-rows.md, v15). Knob for A/B runs.
-#ifndef JAXNORM_SPLIT_PACK_COLS
-#define JAXNORM_SPLIT_PACK_COLS 16384
-#endif
-
 // `aligned`: whether the op's other rows (the residual-add's r and h) are 16-byte aligned too.
 template <class Op>
 ffi::Error run_norm_fwd(Op op, Rows s, bool aligned, cudaStream_t stream, const char* what) {
@@ -45,7 +39,7 @@ ffi::Error run_norm_fwd(Op op, Rows s, bool aligned, cudaStream_t stream, const 
   const bool vec = aligned && s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) &&
                    aligned16(op.gamma) && aligned16(op.beta);
   if constexpr (SplitsPacks<Op>::value)
-    op.split = vec && s.cols % 256 == 0 && s.cols >= JAXNORM_SPLIT_PACK_COLS && (op.gamma || op.beta);
+    op.split = vec && s.cols % 256 == 0 && s.cols >= kSplitPackCols && (op.gamma || op.beta);
   const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
   FwdRunner<Op> runner{op, s.rows, s.cols, stream, what};
   return run_choice<Op>(c, runner);

@@ -115,6 +115,15 @@ struct SplitsPacks : std::false_type {};
 template <class Op>
 struct SplitsPacks<Op, std::void_t<decltype(Op::kSplitPacks)>> : std::bool_constant<Op::kSplitPacks> {};
 
+// Whether a tile has split-pack code: tiles of whole warps a row that can hold a row split packs
+// are taken for (kSplitPackCols columns). Narrower tiles compile without it: its branches on
+// `split` cost the small launches (one wave) ~0.5 us (results/h100-rows.md, v16).
+template <class Op, int kTPR, int kCluster, int kPacks>
+constexpr bool split_tile() {
+  return SplitsPacks<Op>::value && kTPR % 32 == 0 &&
+         static_cast<long long>(kTPR) * kCluster * kPacks * kVecOf<typename Op::Type> >= kSplitPackCols;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward: statistics of x, then y from registers.
 // An op that can (the norms) holds a 16-bit row as loaded: its statistics convert each element
@@ -177,15 +186,16 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
   // column, which is the column the ops take; whole warps a row only. The thread's first column
   // is the one variable, so that every pack's addresses remain one base and an immediate offset
   // (computed signed, ptxas kept an address a pack and spilled them).
+  constexpr bool kSplit = split_tile<Op, kTPR, kCluster, kPacks>();
   bool split = false;
   if constexpr (SplitsPacks<Op>::value) {
-    if constexpr (kTPR % 32 != 0) op.split = false;
+    if constexpr (!kSplit) op.split = false;  // the op's loads and stores see it too
     split = op.split;
   }
   const unsigned lane = threadIdx.x % 32, first = static_cast<unsigned>(t) * V;
   const unsigned col0 = split ? first - lane * (V / 2) : first;
   const auto col_of = [&](int p) -> int64_t {
-    if constexpr (SplitsPacks<Op>::value) return pack_col<kTPR, kCluster, V>(p, 0) + col0;
+    if constexpr (kSplit) return pack_col<kTPR, kCluster, V>(p, 0) + col0;
     else return pack_col<kTPR, kCluster, V>(p, t);
   };
   row_reduce_init<kCluster>(red);
