@@ -54,6 +54,22 @@ def test_memory_efficient_wide_rows(op, shape, rng):
 
 
 # ---------------------------------------------------------------------------------------------
+# Launch sizes: on the GPU a forward of few rows of at most 128 threads' packs is spread to one
+# pack a thread (tile_choice.h, spread_small_launch); more rows keep several packs a thread. Both
+# forms of each width: row counts on either side of an H100's threshold (132 SMs x 128 threads
+# over the threads a row), and widths past the spread's.
+
+
+@op_params(NORMS)
+@pytest.mark.parametrize("shape,dtype", [((8, 768), "bfloat16"), ((300, 768), "bfloat16"),
+                                         ((64, 512), "bfloat16"), ((8, 4096), "bfloat16"),
+                                         ((8, 1024), "float32"), ((8, 256), "float32"), ((500, 256), "float32"),
+                                         ((8, 128), "float16"), ((2000, 128), "float16")], ids=str)
+def test_small_and_large_launches(op, shape, dtype, rng):
+    check_op(op, rng, shape, DTYPES[dtype])
+
+
+# ---------------------------------------------------------------------------------------------
 # Hard rows
 
 

@@ -1,5 +1,5 @@
 // Host check of the CUDA dispatch table: for every op budget, element size and row width, the
-// tile choose_tile returns is instantiated (listed in JN_FOR_EACH_TILE and allowed by
+// tile choose_tile returns (and spread_small_launch's, for a few row counts) is instantiated (listed in JN_FOR_EACH_TILE and allowed by
 // tile_possible for that budget) and holds the whole row. Built and run by test_tile_choice.py.
 #include <cstdio>
 
@@ -34,33 +34,42 @@ int main() {
              {"norm backward f32", norm_backward_budget(4), 4},
              {"norm backward 16-bit", norm_backward_budget(2), 2},
              {"softmax backward f32", kSoftmaxBackwardBudget, 4},
-             {"softmax backward 16-bit", kSoftmaxBackwardBudget, 2}};
+             {"softmax backward 16-bit", kSoftmaxBackwardBudget, 2},
+             {"norm forward 16-bit LayerNorm", with_small_spread(kHeldRowForwardBudget), 2},
+             {"norm forward 16-bit RMSNorm", with_small_spread(kHeldRowPersistent16Budget), 2},
+             {"norm forward f32", with_small_spread(kHeldRowPersistent16Budget), 4}};
   long passed = 0, failed = 0;
   for (const auto& op : ops) {
     const int vec = 16 / op.elem_bytes;
     for (int clusters = 0; clusters < 2; ++clusters) {
       for (long cols = 1; cols <= (1L << 20); cols += (cols < 4096 ? 1 : 7)) {
         const bool vectorizable = cols % vec == 0;
-        const TileChoice c = choose_tile(cols, vec, vectorizable, clusters, op.budget);
-        bool ok;
-        if (c.loop_tpr > 0) {
-          ok = c.loop_tpr == 32 || c.loop_tpr == 512;
-        } else {
-          ok = false;
-          for (const Listed& t : kListed) {
-            if (t.tpr == c.tpr && t.block == c.block && t.packs == c.packs && t.cluster == c.cluster &&
-                t.possible(op.budget)) {
-              ok = true;
+        // The choice, and for budgets that spread small launches its spread at a few row counts
+        // (an H100's 132 SMs).
+        for (long rows : {0L, 1L, 8L, 64L, 512L, 4096L}) {
+          if (rows > 0 && !op.budget.spread_small) break;
+          const TileChoice c0 = choose_tile(cols, vec, vectorizable, clusters, op.budget);
+          const TileChoice c = rows > 0 ? spread_small_launch(c0, rows, 132, op.budget) : c0;
+          bool ok;
+          if (c.loop_tpr > 0) {
+            ok = c.loop_tpr == 32 || c.loop_tpr == 512;
+          } else {
+            ok = false;
+            for (const Listed& t : kListed) {
+              if (t.tpr == c.tpr && t.block == c.block && t.packs == c.packs && t.cluster == c.cluster &&
+                  t.possible(op.budget)) {
+                ok = true;
+              }
             }
+            const long capacity = static_cast<long>(c.tpr) * c.cluster * c.packs * vec;
+            ok = ok && capacity >= cols && (clusters || c.cluster == 1);
           }
-          const long capacity = static_cast<long>(c.tpr) * c.cluster * c.packs * vec;
-          ok = ok && capacity >= cols && (clusters || c.cluster == 1);
-        }
-        if (ok) {
-          ++passed;
-        } else if (++failed <= 20) {
-          std::printf("FAIL %s cols=%ld clusters=%d -> tile (%d, %d, %d, %d) loop %d\n", op.name, cols, clusters,
-                      c.tpr, c.block, c.packs, c.cluster, c.loop_tpr);
+          if (ok) {
+            ++passed;
+          } else if (++failed <= 20) {
+            std::printf("FAIL %s cols=%ld clusters=%d rows=%ld -> tile (%d, %d, %d, %d) loop %d\n", op.name, cols,
+                        clusters, rows, c.tpr, c.block, c.packs, c.cluster, c.loop_tpr);
+          }
         }
       }
     }

@@ -27,6 +27,7 @@ struct TileBudget {
   int one_shot_cluster = 1;
   int cluster_block = 0;
   int cluster_packs = 0;
+  bool spread_small = false;  // spread_small_launch may give a launch of few rows one pack a thread
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -88,6 +89,26 @@ struct TileChoice {
   int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
   int loop_tpr = 0;                                // a loop kernel when loop_tpr > 0
 };
+// A budget whose launches of few rows may be spread (spread_small_launch).
+constexpr TileBudget with_small_spread(TileBudget budget) {
+  budget.spread_small = true;
+  return budget;
+}
+// Few rows (at most 128 threads a row and one 128-thread CTA of them an SM, `sms` the device's)
+// get one pack a thread and packs-times as many threads a row: there a row's time is its warps'
+// chain of dependent instructions (one round of loads, then the packs' arithmetic one after
+// another), not the bytes in flight, which choose_tile's budget is sized for. Measured on an H100
+// (results/h100-rows.md, v17): bf16 norms 0.73-0.90x the time at 1-512 rows x 128-256 and 1-64
+// rows x 768; past these bounds spreading lost (512 x 768 1.02-1.04x; 512 threads a row at 4096
+// columns: LayerNorm 1.01-1.04x at 1-64 rows, both norms 1.34-1.54x at 512).
+constexpr int kSpreadMaxTpr = 128;
+inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget) {
+  if (!budget.spread_small || c.loop_tpr > 0 || c.cluster != 1 || c.packs == 1) return c;
+  const int tpr = c.tpr * c.packs;
+  if (tpr > kSpreadMaxTpr || rows * tpr > int64_t{sms} * kSpreadMaxTpr) return c;
+  c.tpr = tpr, c.block = tpr <= 32 ? 128 : tpr, c.packs = 1;
+  return c;
+}
 
 inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clusters, TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
@@ -150,6 +171,7 @@ constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
   if (kTPR <= 32 || kBlock > max_block) return false;
+  if (kCluster == 1 && kPacks == 1 && kBlock == kTPR) return budget.spread_small && kTPR <= kSpreadMaxTpr;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
   if (kCluster == 1) return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && budget.wide_first);
   if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs &&
@@ -164,6 +186,7 @@ constexpr bool tile_possible(TileBudget budget) {
   X(1, 128, 1, 1) X(2, 128, 1, 1) X(4, 128, 1, 1) X(8, 128, 1, 1) X(16, 128, 1, 1) X(32, 128, 1, 1)  \
   X(1, 128, 2, 1) X(2, 128, 2, 1) X(4, 128, 2, 1) X(8, 128, 2, 1) X(16, 128, 2, 1) X(32, 128, 2, 1)  \
   X(1, 128, 4, 1) X(2, 128, 4, 1) X(4, 128, 4, 1) X(8, 128, 4, 1) X(16, 128, 4, 1) X(32, 128, 4, 1)  \
+  X(64, 64, 1, 1) X(128, 128, 1, 1)                                                                    \
   X(64, 64, 2, 1) X(128, 128, 2, 1) X(256, 256, 2, 1) X(512, 512, 2, 1)                                \
   X(64, 64, 4, 1) X(128, 128, 4, 1) X(256, 256, 4, 1) X(512, 512, 4, 1)                                \
   X(64, 256, 2, 1) X(128, 256, 2, 1) X(64, 256, 4, 1) X(128, 256, 4, 1)                                \
