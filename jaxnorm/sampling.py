@@ -27,9 +27,16 @@ The conventions (``jaxnorm.reference.sampling_mask`` is the written spec):
 Randomness: the noise is drawn inside the kernel by a counter-based generator, Philox-4x32-10,
 keyed by the JAX key's data, with the token index (and, for a single key shared by the batch, the
 row index) as its counter. A token is the argmax of ``logit / temperature + Gumbel noise`` over the
-kept tokens (the Gumbel-max trick, an exact sampler of the renormalized distribution). Hence the
-same key and logits give the same token, run to run, on any batch composition when every row has
-its own key; CPU and GPU draw the same noise. The kernels read the logits once, hold each row in
+kept tokens (the Gumbel-max trick, an exact sampler of the renormalized distribution). Top-p alone
+(no top-k, no min-p) draws instead by inverse transform, with no noise a token: masses exp(s) in
+2^-38 fixed point, value bins 1/8 wide in s, and top-p's crossing bin B (every token above it is
+kept). A 64-bit Philox word of the row (counter ``(round, row index, tag, 1)``) times the mass of the
+bins >= B, over 2^64, is a position in the tokens ordered by bin (descending), then index; a token
+above B is drawn, one in B is kept if the mass of the strictly larger values is below top-p's
+target, else the next round draws among B's tokens above it (rejection sampling from sets that
+hold the kept set: exact); after 4 rejected rounds the Gumbel rule decides. Hence the same key and
+logits give the same token, run to run, on any batch composition when every row has its own key;
+CPU and GPU draw the same noise and the same rounds. The kernels read the logits once, hold each row in
 the shared memory of a thread-block cluster, and find the top-k/top-p thresholds on those copies:
 a histogram locates the threshold's bin, the tokens at or above it are gathered and sorted in one
 CTA (radix select where they would not fit), with masses summed in 64-bit fixed point (exact,

@@ -301,6 +301,88 @@ def test_noise_is_the_documented_philox(rng):
     assert hits >= 99, hits
 
 
+def _pick_word(k0, k1, row_in_key, rnd):
+    """Top-p alone's 64-bit word of draw round `rnd` (common/sampling_math.h: pick_word)."""
+    m = (0xD2511F53, 0xCD9E8D57)
+    c, k = [rnd, row_in_key, 0x6A6E5331, 1], [k0, k1]
+    for _ in range(10):
+        p0, p1 = m[0] * c[0], m[1] * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & 0xFFFFFFFF, (p0 >> 32) ^ c[3] ^ k[1], p0 & 0xFFFFFFFF]
+        k = [(k[0] + 0x9E3779B9) & 0xFFFFFFFF, (k[1] + 0xBB67AE85) & 0xFFFFFFFF]
+    return (c[0] << 32) | c[1]
+
+
+def _top_p_replica(x, p, k0, k1):
+    """jaxnorm.sample(key, x, top_p=p) for one float32 row, as jaxnorm/sampling.py states it: the
+    inverse-transform rounds over the fixed-point masses, then (every round rejected) the Gumbel
+    draw. Also returns how many rounds were rejected."""
+    s = x - x.max()
+    mass = [int(v) for v in np.rint(np.exp(s).astype(np.float64) * 2.0 ** 38)]
+    bins = (255 - np.minimum(-8 * s, np.float32(255)).astype(np.uint32)).tolist()
+    bits = x.view(np.uint32).astype(np.int64)
+    keys = np.where(bits >> 31 == 1, ~bits & 0xFFFFFFFF, bits | 0x80000000).tolist()
+    z = sum(mass)
+    target = max(1, math.ceil(float(np.float32(p)) * z))
+
+    def kept(t):  # the mass of the strictly larger values below the target
+        return sum(w for w, k in zip(mass, keys) if k > keys[t]) < target
+
+    bin_mass = [sum(w for w, b in zip(mass, bins) if b == i) for i in range(256)]
+    bound, above = 255, 0
+    while bound > 0 and above + bin_mass[bound] < target:
+        above += bin_mass[bound]
+        bound -= 1
+    sub, pivot = bin_mass[bound], 0
+    for rnd in range(4):
+        r = (_pick_word(k0, k1, 0, rnd) * (above + sub)) >> 64
+        if r < above:
+            members = [c for c in range(x.size) if bins[c] > bound]
+            members.sort(key=lambda c: (-bins[c], c))
+        else:
+            r -= above
+            members = [c for c in range(x.size) if bins[c] == bound and keys[c] > pivot]
+        for t in members:
+            if r < mass[t]:
+                break
+            r -= mass[t]
+        if kept(t):
+            return t, rnd
+        pivot = keys[t]
+        sub = sum(mass[c] for c in range(x.size) if bins[c] == bound and keys[c] > pivot)
+    u = np.array([((_token_word(k0, k1, 0, c) >> 9) * 2 + 1) * 2.0 ** -24 for c in range(x.size)])
+    score = np.where([kept(c) for c in range(x.size)], x.astype(np.float64) - np.log(-np.log(u)), -np.inf)
+    return int(np.argmax(score)), 4
+
+
+def test_top_p_draw_is_the_documented_inverse_transform(rng):
+    """Top-p alone, held to a replica of its documented rule, on rows whose value bins (1/8 wide)
+    hold one token or dozens, so draws land above the crossing bin, in it (accepted, or rejected
+    and drawn again), and some rows reject every round. exp rounds differently on each backend,
+    which can only move a draw that falls within a few 2^-38 units of a token's edge."""
+    hits, rounds = 0, []
+    for i in range(100):
+        k1, vocab = int(rng.integers(1 << 32)), int(rng.integers(2, 90))
+        scale = (2.0, 0.1, 0.01)[i % 3]
+        x = (scale * rng.normal(size=vocab)).astype(np.float32)
+        p = float(rng.uniform(0.02, 0.95))
+        want, n = _top_p_replica(x, p, 7, k1)
+        rounds.append(n)
+        hits += want == int(jaxnorm.sample(jnp.asarray([7, k1], jnp.uint32), jnp.asarray(x), top_p=p))
+    assert hits >= 98, hits
+    assert min(rounds) == 0 and max(rounds) >= 2, rounds  # the rows exercise the rounds
+
+
+@pytest.mark.parametrize("p", [0.5, 0.004])
+def test_top_p_rounds_frequencies(p, rng):
+    """Rows of 100 distinct values 0.001 apart: one value bin holds them all, so every draw is
+    tested and a rejected one drawn again above it; at p = 0.004 only the largest is kept and
+    most rows reject all four rounds (the exact fallback). Frequencies by chi-square."""
+    row = jnp.asarray(0.001 * rng.permutation(100), jnp.float32)
+    x = jnp.broadcast_to(row, (N_DRAWS // 4, 100))
+    tokens = jaxnorm.sample(jax.random.key(int(rng.integers(1 << 30))), x, top_p=p)
+    assert_distribution(tokens, np.asarray(reference.sampling_probs(row, top_p=p), np.float64))
+
+
 # A raw key whose token 0 (row_in_key 0) draws the largest uniform there is, 1 - 2^-24 (found by
 # searching keys with _token_word): its Gumbel noise, -ln(-ln(u)) = 16.6, is the largest a token
 # can get. A fast __logf may return 0 there (PyTorch guards it), which would make the noise +inf;

@@ -69,6 +69,28 @@ JN_HD float open_uniform(uint32_t w) { return static_cast<float>(((w >> 9) << 1)
 // are exact and associative, so thresholds do not depend on the order of the additions.
 constexpr double kMassScale = 0x1p38;  // rows up to 2^25 tokens cannot overflow 64 bits
 
+// A token's value bin: 255 minus a bin 1/8 wide in s = (v - max) / temperature (bin 0: s <=
+// -31.875 and -inf). Bins grow with v, so a bin threshold keeps an upper set of values.
+constexpr uint32_t kValueBins = 256;
+JN_HD uint32_t value_bin(float s) {
+  return kValueBins - 1 - static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kValueBins - 1)));
+}
+
+// Top-p alone draws by inverse transform (jaxnorm/sampling.py): draw `round`'s 64-bit uniform word
+// (counter word 3 = 1: apart from every token's words), and its position in a mass total q.
+constexpr uint32_t kPickRounds = 4;
+JN_HD uint64_t pick_word(uint32_t round, uint32_t row_in_key, uint32_t k0, uint32_t k1) {
+  const Philox4 w = philox4x32_10<1>(round, row_in_key, kStreamTag, 1u, k0, k1);
+  return (static_cast<uint64_t>(w.v[0]) << 32) | w.v[1];
+}
+JN_HD uint64_t scale_word(uint64_t u, uint64_t q) {
+#ifdef __CUDA_ARCH__
+  return __umul64hi(u, q);
+#else
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(u) * q) >> 64);
+#endif
+}
+
 // The index into a grouped operand of G entries (signatures.h) that row r of `rows` reads. One
 // entry, or one a row, are the usual cases and need no 64-bit division (on the GPU a software
 // routine: every thread decodes its row's parameters, and 13 of them were ~7% of the sampler's

@@ -25,6 +25,12 @@ uint32_t float_bits(float f) {
   return u;
 }
 
+// Token c's mass exp(s) in the kernels' fixed point.
+uint64_t token_mass(const RowView& rv, const RowParams& q, int64_t c) {
+  return static_cast<uint64_t>(
+      std::nearbyint(static_cast<double>(std::exp((rv.v[c] - rv.m) * q.inv_t)) * sampling::kMassScale));
+}
+
 // The smallest key of the kept set under top-k then top-p (0 keeps every key).
 uint32_t key_threshold(const RowView& rv, const RowParams& q) {
   const int64_t cols = static_cast<int64_t>(rv.key.size());
@@ -42,8 +48,7 @@ uint32_t key_threshold(const RowView& rv, const RowParams& q) {
     std::vector<uint64_t> mass(cols, 0);
     uint64_t z = 0;
     for (int64_t c : idx) {
-      mass[c] = static_cast<uint64_t>(
-          std::nearbyint(static_cast<double>(std::exp((rv.v[c] - rv.m) * q.inv_t)) * sampling::kMassScale));
+      mass[c] = token_mass(rv, q, c);
       z += mass[c];
     }
     std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return rv.key[a] > rv.key[b]; });
@@ -59,6 +64,55 @@ uint32_t key_threshold(const RowView& rv, const RowParams& q) {
     t = std::max(t, tp);
   }
   return t;
+}
+
+// Top-p alone: the inverse-transform draw of jaxnorm/sampling.py, round by round as the CUDA
+// kernel's draw_top_p takes it (`theta`, the smallest kept key, decides its test). -1 when
+// kPickRounds draws were rejected: the Gumbel draw over the kept tokens decides.
+int64_t draw_top_p(const RowView& rv, const RowParams& q, uint32_t theta) {
+  using sampling::kValueBins;
+  const int64_t cols = static_cast<int64_t>(rv.v.size());
+  std::vector<uint64_t> mass(cols);
+  std::vector<uint32_t> bin(cols);
+  std::vector<uint64_t> bin_mass(kValueBins, 0);
+  uint64_t z = 0;
+  for (int64_t c = 0; c < cols; ++c) {
+    bin[c] = sampling::value_bin((rv.v[c] - rv.m) * q.inv_t);
+    mass[c] = token_mass(rv, q, c);
+    bin_mass[bin[c]] += mass[c];
+    z += mass[c];
+  }
+  // The crossing bin: the first from the top whose running mass reaches the target.
+  const uint64_t target = sampling::top_p_target(q.p, z);
+  uint32_t bound = kValueBins - 1;
+  uint64_t above = 0;
+  while (bound > 0 && above + bin_mass[bound] < target) above += bin_mass[bound--];
+  uint64_t sub = bin_mass[bound];  // the mass of the crossing bin's tokens above the pivot
+  uint32_t pivot = 0;
+  for (uint32_t round = 0; round < sampling::kPickRounds; ++round) {
+    uint64_t r = sampling::scale_word(sampling::pick_word(round, q.row_in_key, q.key0, q.key1), above + sub);
+    if (r < above) {  // above the crossing bin: kept
+      uint32_t b = kValueBins - 1;
+      while (r >= bin_mass[b]) r -= bin_mass[b--];
+      for (int64_t c = 0; c < cols; ++c) {
+        if (bin[c] != b) continue;
+        if (r < mass[c]) return c;
+        r -= mass[c];
+      }
+    }
+    r -= above;
+    int64_t t = -1;
+    for (int64_t c = 0; c < cols && t < 0; ++c) {
+      if (bin[c] != bound || rv.key[c] <= pivot) continue;
+      if (r < mass[c]) t = c;
+      r -= mass[c];
+    }
+    if (t < 0 || rv.key[t] >= theta) return t;
+    pivot = rv.key[t];
+    sub = 0;
+    for (int64_t c = 0; c < cols; ++c) sub += bin[c] == bound && rv.key[c] > pivot ? mass[c] : 0;
+  }
+  return -1;
 }
 
 // The exact score of a kept token: libm's logs, compiled outside the vector clones (where the
@@ -86,6 +140,10 @@ int32_t sample_row(const T* x, const float* bias, int64_t cols, const RowParams&
     return static_cast<int32_t>(best);
   }
   const uint32_t t = keys ? key_threshold(*rv, q) : 0;
+  if (q.use_p && !q.use_k && q.log_min_p == -INFINITY) {
+    const int64_t c = draw_top_p(*rv, q, t);
+    if (c >= 0) return static_cast<int32_t>(c);
+  }
   float best = -INFINITY, cut = -INFINITY;
   if (!keys) {
     rv->u.resize(cols);

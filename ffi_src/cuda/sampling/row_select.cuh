@@ -43,6 +43,7 @@
 
 #include "cuda/sampling/radix_select.cuh"
 #include "cuda/sampling/stream_select.cuh"
+#include "cuda/sampling/top_p_draw.cuh"
 
 namespace jaxnorm {
 namespace sampling {
@@ -283,9 +284,20 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         for (int j = 0; j < 4; ++j) token_x(x[j], s[j], bin[j], key[j]);
       };
       Threshold tk, tp;
-      bool drawn = false;  // CTA 0 drew the row's token from its candidates
+      bool drawn = false;  // the row's token is written (by CTA 0 from its candidates, or by draw_top_p)
       Gather g;
-      if (m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
+      // Top-p alone (no min-p) draws by inverse transform; its rare rejected rows take the exact
+      // threshold below (no gather: it would draw on its own).
+      bool top_p_alone = false;
+      if constexpr (kMode == kSample) {
+        top_p_alone = m != -INFINITY && !q.greedy && q.use_p && !q.use_k && q.log_min_p == -INFINITY;
+        if (top_p_alone) {
+          const int hb = phase & 1;
+          weigh_value_bins(cl, sh, phase, n, q, token);
+          drawn = draw_top_p(cl, sh, phase, hb, n, c0, q, token, token4, static_cast<int32_t*>(a.out) + r);
+        }
+      }
+      if (!top_p_alone && m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
         // Each thread's largest token (lmax: the copy's own maximum) as a delegate for top-k.
         uint32_t floor_bin = 0;
         if (q.use_k && !inf_row && a.delegate_floor) {
@@ -318,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
           const uint32_t* pub = cl.map_shared_rank(sh.pub, 0);
           tk.bin = pub[0], tk.key = pub[1], tp.bin = pub[2], tp.key = pub[3];
         }
-      } else if (m != -INFINITY && !q.greedy) {
+      } else if (m != -INFINITY && !q.greedy && !drawn) {
         if (q.use_k) {
           tk = select_threshold<false>(cl, sh, phase, n, q.k, -1.0, token, [](uint32_t, uint32_t) { return true; });
         }

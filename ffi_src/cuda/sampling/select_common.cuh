@@ -22,7 +22,7 @@ namespace cg = cooperative_groups;
 // by it (SelectShared<kThreads>; the functions below deduce it from their SelectShared).
 constexpr int kThreadsMany = 256;
 constexpr int kThreadsFew = 512;
-constexpr int kBins = 256;
+constexpr int kBins = kValueBins;
 constexpr int kWindowShift = 21;  // top_k's first pass: the keys' top 11 bits
 constexpr int kTopKMax = 2048;
 constexpr int kMassSplit = 19;
@@ -94,6 +94,14 @@ struct SelectShared {
   float above_s;                        // this CTA's best draw among the tokens above the gathered bin
   int above_i;
   bool arrived;                         // at the exit barrier, early (see arrive_early)
+  // Top-p alone's draw (top_p_draw.cuh):
+  unsigned long long part[2];           // this CTA's share of a cluster sum, double-buffered by phase
+  unsigned long long pick_pos;          // the draw's position in the picked CTA's share
+  unsigned long long pick_sub;          // the mass of the next proposal's tokens in the crossing bin
+  uint32_t pick_bin;                    // the picked value bin
+  int pick_rank;                        // the CTA that holds the drawn token
+  int located;                          // its local index (locate_token)
+  uint32_t pick_key;                    // its key, for the peers' test
   // The one-read top-k path (stream_select.cuh):
   uint32_t nlocal, ncomp;               // entries of this CTA's list, and of its compacted top
   StreamStatus status;                  // this CTA's, for its peers
@@ -379,10 +387,6 @@ __device__ __forceinline__ void draw4(int64_t c0, int g, const float (&s)[4], co
     const int idx = static_cast<int>(c0) + 4 * g + j;
     if (better(score, idx, best, best_i)) best = score, best_i = idx;
   }
-}
-
-__device__ __forceinline__ uint32_t value_bin(float s) {
-  return kBins - 1 - static_cast<uint32_t>(fminf(-8.0f * s, static_cast<float>(kBins - 1)));
 }
 
 __device__ __forceinline__ bool keeps(const Threshold& t, uint32_t bin, uint32_t key) {

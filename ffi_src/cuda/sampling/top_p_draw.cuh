@@ -1,0 +1,189 @@
+// Top-p alone, drawn by inverse transform over the fixed-point masses (the rule jaxnorm/sampling.py
+// states, and the CPU handler follows): no threshold search, no sort, no noise a token.
+//
+// After the weighed histogram of value bins, every token in the bins above the crossing bin B is
+// kept. A draw R in [0, Q) over the masses of the bins >= B, ordered by bin (descending) then
+// index, that lands above B is the row's token: the cluster picks the bin from the histogram, the
+// CTA from its peers' masses in that bin (chunks are in index order), and only that CTA scans its
+// chunk for the token; the peers go on at once. A draw into B is tested exactly (the mass of the
+// strictly larger values against top-p's target: one pass, two cluster barriers); a rejected
+// draw raises the pivot to its key and draws again among the tokens of B above it. Each proposal
+// set holds the kept set, so the accepted token follows the kept masses (rejection sampling).
+// After kPickRounds rejections the caller takes the exact threshold and the Gumbel draw.
+#pragma once
+
+#include "cuda/sampling/gather_select.cuh"
+
+namespace jaxnorm {
+namespace sampling {
+
+// The CTA that holds mass position r of the proposal: with r below `above` (the bins over B), the
+// bin from the cluster's totals (sh.bin_mass, from the top) and then the peer from each one's
+// share of that bin (sh.mass[hb]); else the peer from each one's share of B's proposal
+// (`sub_share`, this CTA's address of it). Leaves sh.pick_bin, pick_rank and pick_pos (the position
+// within that peer's share) for every thread.
+template <int kThreads>
+__device__ void pick_cta(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int hb, unsigned long long r,
+                         unsigned long long above, uint32_t bound, unsigned long long* sub_share) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    uint32_t bin = bound;
+    unsigned long long pos = r - above;
+    unsigned long long* share = sub_share;
+    if (r < above) {
+      unsigned long long v[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum += v[j] = sh.bin_mass[kBins - 1 - 8 * lane - j];
+      const unsigned long long incl = warp_inclusive_scan(sum);
+      const int src = __ffs(__ballot_sync(~0u, incl - sum <= r && r < incl)) - 1;
+      uint32_t b = 0;
+      unsigned long long a = incl - sum, rest = 0;
+      bool found = false;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (!found && r < a + v[j]) found = true, b = kBins - 1 - 8 * lane - j, rest = r - a;
+        a += v[j];
+      }
+      bin = __shfl_sync(~0u, b, src);
+      pos = __shfl_sync(~0u, rest, src);
+      share = &sh.mass[hb][bin];
+    }
+    const unsigned long long mine = lane < static_cast<int>(cl.num_blocks()) ? *cl.map_shared_rank(share, lane) : 0ull;
+    const unsigned long long incl = warp_inclusive_scan(mine);
+    if (lane == __ffs(__ballot_sync(~0u, pos < incl)) - 1) {
+      sh.pick_bin = bin, sh.pick_rank = lane, sh.pick_pos = pos - (incl - mine);
+    }
+  }
+  __syncthreads();
+}
+
+// The masses of this CTA's tokens 4g .. 4g + 3 with match(bin, key), 0 for the others and past n.
+template <class Token4, class Match>
+__device__ __forceinline__ void group_masses(int g, int n, const Token4& token4, const Match& match,
+                                             unsigned long long (&w)[4]) {
+  float s[4];
+  uint32_t bin[4], key[4];
+  token4(g, s, bin, key);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w[j] = 4 * g + j < n && match(bin[j], key[j]) ? mass_of(s[j]) : 0ull;
+}
+
+// This CTA's token at mass position pos among its tokens with match(bin, key), in index order (pos
+// below their mass, taken from the same masses): its local index, for every thread. Each warp sums
+// a contiguous span of the chunk; the warp whose span holds pos scans it again, 128 tokens a step.
+template <int kThreads, class Token4, class Match>
+__device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long long pos, Token4 token4, Match match) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int groups = (n + 3) / 4;
+  const int span = (groups + 32 * kWarps - 1) / (32 * kWarps) * 32;
+  unsigned long long mine = 0;
+  for (int g = warp * span + lane; g < min(groups, (warp + 1) * span); g += 32) {
+    unsigned long long w[4];
+    group_masses(g, n, token4, match, w);
+    mine += w[0] + w[1] + w[2] + w[3];
+  }
+  mine = warp_sum(mine);
+  __syncthreads();  // an earlier reader of sh.wsum is done
+  if (lane == 0) sh.wsum[warp] = mine;
+  __syncthreads();
+  int at = kWarps - 1;
+  unsigned long long before = 0;
+  for (int w = 0; w < kWarps - 1; ++w) {
+    if (pos < before + sh.wsum[w]) {
+      at = w;
+      break;
+    }
+    before += sh.wsum[w];
+  }
+  if (warp == at) {
+    pos -= before;
+    unsigned long long run = 0;
+    for (int g0 = at * span; g0 < min(groups, (at + 1) * span); g0 += 32) {
+      unsigned long long w[4];
+      group_masses(g0 + lane, n, token4, match, w);
+      const unsigned long long sum = w[0] + w[1] + w[2] + w[3];
+      if (__ballot_sync(~0u, sum != 0) == 0) continue;
+      const unsigned long long incl = warp_inclusive_scan(sum);
+      const unsigned hit = __ballot_sync(~0u, pos < run + incl);
+      if (hit) {
+        if (lane == __ffs(hit) - 1) {
+          unsigned long long a = run + incl - sum;
+          int j = 0;
+          while (j < 3 && !(pos < a + w[j])) a += w[j++];
+          sh.located = 4 * (g0 + lane) + j;
+        }
+        break;
+      }
+      run += __shfl_sync(~0u, incl, 31);
+    }
+  }
+  __syncthreads();
+  return sh.located;
+}
+
+// Draws a top-p-alone row's token (sh.dec_bin, dec_above, target and the cluster's and the CTAs'
+// bin masses from the weighed histogram, this CTA's in sh.mass[hb]) and writes it from the CTA
+// that holds it. False when kPickRounds draws were rejected: the caller draws by the exact
+// threshold. token(i, ...) and token4(g, ...) as in gather_candidates.
+template <int kThreads, class Token, class Token4>
+__device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int hb, int n,
+                           int64_t c0, const RowParams& q, Token token, Token4 token4, int32_t* out) {
+  const int rank = static_cast<int>(cl.block_rank());
+  const uint32_t bound = sh.dec_bin;
+  const unsigned long long above = sh.dec_above, target = sh.target;
+  unsigned long long sub = sh.bin_mass[bound];  // the mass of B's tokens above the pivot
+  unsigned long long* sub_share = &sh.mass[hb][bound];
+  uint32_t pivot = 0;  // no token has key 0 (NaN is -inf here)
+#pragma unroll 1
+  for (uint32_t round = 0; round < kPickRounds; ++round) {
+    const unsigned long long r = scale_word(pick_word(round, q.row_in_key, q.key0, q.key1), above + sub);
+    pick_cta(cl, sh, hb, r, above, bound, sub_share);
+    const uint32_t bin = sh.pick_bin;
+    const int at = sh.pick_rank;
+    if (rank == at) {
+      const int i = locate_token(sh, n, sh.pick_pos, token4, [&](uint32_t b, uint32_t key) {
+        return b == bin && (r < above || key > pivot);
+      });
+      if (r < above && threadIdx.x == 0) *out = static_cast<int32_t>(c0 + i);
+      if (r >= above && threadIdx.x == 0) {
+        float s;
+        uint32_t b, key;
+        token(i, s, b, key);
+        sh.pick_key = key;
+      }
+    }
+    if (r < above) return true;  // above B: kept
+    // The test: is the mass of the values strictly above the drawn one below the target?
+    cl.sync();
+    const uint32_t drawn_key = *cl.map_shared_rank(&sh.pick_key, at);
+    unsigned long long mine = 0;
+    for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
+      unsigned long long w[4];
+      group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return b == bound && key > drawn_key; }, w);
+      mine += w[0] + w[1] + w[2] + w[3];
+    }
+    mine = block_sum(sh, mine);
+    const int pb = phase++ & 1;
+    if (threadIdx.x == 0) sh.part[pb] = mine;
+    cl.sync();
+    if (threadIdx.x < 32) {
+      const unsigned long long v =
+          threadIdx.x < cl.num_blocks() ? *cl.map_shared_rank(&sh.part[pb], threadIdx.x) : 0ull;
+      const unsigned long long t = warp_sum(v);
+      if (threadIdx.x == 0) sh.pick_sub = t;
+    }
+    __syncthreads();
+    sub = sh.pick_sub;
+    if (above + sub < target) {
+      if (rank == at && threadIdx.x == 0) *out = static_cast<int32_t>(c0 + sh.located);
+      return true;
+    }
+    pivot = drawn_key;
+    sub_share = &sh.part[pb];
+  }
+  return false;
+}
+
+}  // namespace sampling
+}  // namespace jaxnorm
