@@ -210,8 +210,9 @@ __device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared<kThreads
 }
 
 // Histograms the elements i < n for which visit(i, digit, mass) is true, and leaves the
-// cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread.
-template <bool kMass, int kThreads, class Visit>
+// cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread. Without kCounts (a weighed
+// histogram whose caller needs no counts) the counts are all 0: one shared atomic less a token.
+template <bool kMass, bool kCounts = true, int kThreads, class Visit>
 __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
                                   Visit visit) {
   constexpr int kWarps = kThreads / 32;
@@ -233,7 +234,7 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
     uint32_t d;
     unsigned long long q = 0;
     if (visit(i, d, q)) {
-      atomicAdd(&sh.cnt[b][d], 1u);
+      if (kCounts) atomicAdd(&sh.cnt[b][d], 1u);
       if (kMass && q) {  // tail tokens weigh 0
         if (split) {
           unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
@@ -265,7 +266,7 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
     unsigned long long m[kMaxCluster];
 #pragma unroll
     for (int r = 0; r < kMaxCluster; ++r) {
-      c[r] = r < peers ? *cl.map_shared_rank(&sh.cnt[b][bin], r) : 0u;
+      c[r] = kCounts && r < peers ? *cl.map_shared_rank(&sh.cnt[b][bin], r) : 0u;
       if (kMass) m[r] = r < peers ? *cl.map_shared_rank(&sh.mass[b][bin], r) : 0ull;
     }
     unsigned long long ct = 0, mt = 0;

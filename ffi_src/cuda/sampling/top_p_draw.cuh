@@ -125,10 +125,12 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
 // Draws a top-p-alone row's token (sh.dec_bin, dec_above, target and the cluster's and the CTAs'
 // bin masses from the weighed histogram, this CTA's in sh.mass[hb]) and writes it from the CTA
 // that holds it. False when kPickRounds draws were rejected: the caller draws by the exact
-// threshold. token(i, ...) and token4(g, ...) as in gather_candidates.
+// threshold. token(i, ...) and token4(g, ...) as in gather_candidates. On the CTA's last row
+// (`last`), a draw above the crossing bin needs no peer's shared memory once its CTA is picked:
+// every CTA arrives at the exit barrier then, so the peers leave while the picked one scans.
 template <int kThreads, class Token, class Token4>
 __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int hb, int n,
-                           int64_t c0, const RowParams& q, Token token, Token4 token4, int32_t* out) {
+                           int64_t c0, const RowParams& q, Token token, Token4 token4, int32_t* out, bool last) {
   const int rank = static_cast<int>(cl.block_rank());
   const uint32_t bound = sh.dec_bin;
   const unsigned long long above = sh.dec_above, target = sh.target;
@@ -141,6 +143,7 @@ __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& 
     pick_cta(cl, sh, hb, r, above, bound, sub_share);
     const uint32_t bin = sh.pick_bin;
     const int at = sh.pick_rank;
+    if (r < above && last) arrive_early(&sh.arrived);
     if (rank == at) {
       const int i = locate_token(sh, n, sh.pick_pos, token4, [&](uint32_t b, uint32_t key) {
         return b == bin && (r < above || key > pivot);
