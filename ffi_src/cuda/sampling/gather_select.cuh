@@ -261,17 +261,17 @@ __device__ __forceinline__ float s_below_bin(uint32_t bin) {
 }
 
 // Top-p alone's first pass: the cluster's masses by value bin, and top-p's crossing bin in them
-// (sh.dec_bin, dec_above, target; with kCounts the counts and dec_n too). token(i, ...) as in
+// (sh.dec_bin, dec_above, target; with kCounts the counts and dec_n too). token4(g, ...) as in
 // gather_candidates.
-template <bool kCounts, int kThreads, class Token>
+template <bool kCounts, int kThreads, class Token4>
 __device__ void weigh_value_bins(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
-                                 const RowParams& q, Token token) {
-  cluster_histogram<true, kCounts>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long& w) {
-    float s;
-    uint32_t key;
-    token(i, s, d, key);
-    w = mass_of(s);
-    return true;
+                                 const RowParams& q, Token4 token4) {
+  cluster_histogram<true, kCounts, true>(cl, sh, phase, n, [&](int g, uint32_t (&d)[4], unsigned long long (&w)[4]) {
+    float s[4];
+    uint32_t key[4];
+    token4(g, s, d, key);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = mass_of(s[j]);
   });
   find_crossing<true>(sh, 0, q.p);
 }
@@ -299,7 +299,7 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
   Gather g;
   const bool weigh = q.use_p && !q.use_k;
   if (weigh) {
-    weigh_value_bins<true>(cl, sh, phase, n, q, token);
+    weigh_value_bins<true>(cl, sh, phase, n, q, token4);
   } else {
     // Top-k counts only the bins from floor_bin (delegate_floor) up, where the boundary bin is:
     // the count above it stays exact, and most tokens leave after one subtract, multiply and

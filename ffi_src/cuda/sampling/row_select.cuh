@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         top_p_alone = m != -INFINITY && !q.greedy && q.use_p && !q.use_k && q.log_min_p == -INFINITY;
         if (top_p_alone) {
           const int hb = phase & 1;
-          weigh_value_bins<false>(cl, sh, phase, n, q, token);
+          weigh_value_bins<false>(cl, sh, phase, n, q, token4);
           drawn = draw_top_p(cl, sh, phase, hb, n, c0, q, token, token4, static_cast<int32_t*>(a.out) + r,
                              r + gridDim.y >= a.rows);
         }

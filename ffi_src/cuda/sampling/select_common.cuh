@@ -212,7 +212,9 @@ __device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared<kThreads
 // Histograms the elements i < n for which visit(i, digit, mass) is true, and leaves the
 // cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread. Without kCounts (a weighed
 // histogram whose caller needs no counts) the counts are all 0: one shared atomic less a token.
-template <bool kMass, bool kCounts = true, int kThreads, class Visit>
+// kGroups: visit(g, digit[4], mass[4]) takes tokens 4g .. 4g + 3 at once (one vector load, four
+// independent chains), every one of them in (those past n are not added).
+template <bool kMass, bool kCounts = true, bool kGroups = false, int kThreads, class Visit>
 __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
                                   Visit visit) {
   constexpr int kWarps = kThreads / 32;
@@ -228,22 +230,36 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
   __syncthreads();
   // A 64-bit shared atomic add is a CAS loop. While a warp's sums fit, masses go into its slot as
   // two 32-bit halves by native atomics: q = hi * 2^19 + lo with both halves <= 2^19, and a warp
-  // adds at most n / 8 + 32 tokens to a bin, so each half's sum stays below 2^32 for n <= 2^15.
-  const bool split = n <= (1 << 15);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    uint32_t d;
-    unsigned long long q = 0;
-    if (visit(i, d, q)) {
-      if (kCounts) atomicAdd(&sh.cnt[b][d], 1u);
-      if (kMass && q) {  // tail tokens weigh 0
-        if (split) {
-          unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
-          atomicAdd(half, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
-          atomicAdd(half + 1, static_cast<unsigned>(q >> kMassSplit));
-        } else {
-          atomicAdd(&sh.warp_mass[warp][d], q);
-        }
+  // adds at most n / kWarps + 128 tokens to a bin, so each half's sum stays below 2^32 while that
+  // is below 2^13 (float32 chunks of 64 KB, 16-bit ones of 128 KB at 512 threads).
+  const bool split = n / kWarps + 128 < (1 << 13);
+  auto add = [&](uint32_t d, unsigned long long q) {
+    if (kCounts) atomicAdd(&sh.cnt[b][d], 1u);
+    if (kMass && q) {  // tail tokens weigh 0
+      if (split) {
+        unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
+        atomicAdd(half, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
+        atomicAdd(half + 1, static_cast<unsigned>(q >> kMassSplit));
+      } else {
+        atomicAdd(&sh.warp_mass[warp][d], q);
       }
+    }
+  };
+  if constexpr (kGroups) {
+    for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
+      uint32_t d[4];
+      unsigned long long q[4];
+      visit(g, d, q);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (4 * g + j < n) add(d[j], q[j]);
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      uint32_t d;
+      unsigned long long q = 0;
+      if (visit(i, d, q)) add(d, q);
     }
   }
   if (kMass) {
