@@ -62,7 +62,8 @@ def test_memory_efficient_wide_rows(op, shape, rng):
 
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((8, 768), "bfloat16"), ((300, 768), "bfloat16"),
-                                         ((64, 512), "bfloat16"), ((8, 4096), "bfloat16"),
+                                         ((64, 512), "bfloat16"), ((8, 4096), "bfloat16"), ((200, 4096), "bfloat16"),
+                                         ((8, 2048), "float32"), ((200, 2048), "float32"),
                                          ((8, 1024), "float32"), ((8, 256), "float32"), ((500, 256), "float32"),
                                          ((8, 128), "float16"), ((2000, 128), "float16")], ids=str)
 def test_small_and_large_launches(op, shape, dtype, rng):

@@ -102,11 +102,20 @@ constexpr TileBudget with_small_spread(TileBudget budget) {
 // rows x 768; past these bounds spreading lost (512 x 768 1.02-1.04x; 512 threads a row at 4096
 // columns: LayerNorm 1.01-1.04x at 1-64 rows, both norms 1.34-1.54x at 512).
 constexpr int kSpreadMaxTpr = 128;
+// TEMP (branch next/spread-256): rows of more packs than kSpreadMaxTpr threads (4096 bf16
+// columns: 128 threads of 4 packs) spread to kSpreadWideTpr threads of fewer packs, where
+// 512 threads of one pack lost for LayerNorm (v17).
+constexpr int kSpreadWideTpr = 256;
 inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget) {
   if (!budget.spread_small || c.loop_tpr > 0 || c.cluster != 1 || c.packs == 1) return c;
-  const int tpr = c.tpr * c.packs;
-  if (tpr > kSpreadMaxTpr || rows * tpr > int64_t{sms} * kSpreadMaxTpr) return c;
-  c.tpr = tpr, c.block = tpr <= 32 ? 128 : tpr, c.packs = 1;
+  int tpr = c.tpr * c.packs, packs = 1;
+  if (tpr > kSpreadMaxTpr && c.tpr < kSpreadWideTpr) {
+    packs = tpr / kSpreadWideTpr;
+    tpr = kSpreadWideTpr;
+  }
+  if (tpr > kSpreadWideTpr || (packs == 1 && tpr > kSpreadMaxTpr) || rows * tpr > int64_t{sms} * kSpreadMaxTpr)
+    return c;
+  c.tpr = tpr, c.block = tpr <= 32 ? 128 : tpr, c.packs = packs;
   return c;
 }
 
@@ -172,6 +181,7 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
   if (kTPR <= 32 || kBlock > max_block) return false;
   if (kCluster == 1 && kPacks == 1 && kBlock == kTPR) return budget.spread_small && kTPR <= kSpreadMaxTpr;
+  if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
   if (kCluster == 1) return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && budget.wide_first);
   if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs &&
