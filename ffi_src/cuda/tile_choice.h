@@ -102,9 +102,9 @@ constexpr TileBudget with_small_spread(TileBudget budget) {
 // rows x 768; past these bounds spreading lost (512 x 768 1.02-1.04x; 512 threads a row at 4096
 // columns: LayerNorm 1.01-1.04x at 1-64 rows, both norms 1.34-1.54x at 512).
 constexpr int kSpreadMaxTpr = 128;
-// TEMP (branch next/spread-256): rows of more packs than kSpreadMaxTpr threads (4096 bf16
-// columns: 128 threads of 4 packs) spread to kSpreadWideTpr threads of fewer packs, where
-// 512 threads of one pack lost for LayerNorm (v17).
+// Rows of more packs than kSpreadMaxTpr threads under 256 (4096 bf16 or 2048 float32 columns:
+// 128 threads of 4 packs) spread to kSpreadWideTpr threads of 2 packs, not one (512 threads of
+// one pack lost, v17): 0.966-0.987x the time at 1-64 rows x 4096 bf16 (v18).
 constexpr int kSpreadWideTpr = 256;
 inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget) {
   if (!budget.spread_small || c.loop_tpr > 0 || c.cluster != 1 || c.packs == 1) return c;
