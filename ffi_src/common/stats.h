@@ -32,13 +32,9 @@ JN_HD WelfordT<F> welford_identity() { return {F(0), F(0), F(0)}; }
 // were by count most of a bf16 forward's instructions (Nsight Compute: 26 an element at 16384
 // columns). On the device the merges use the hardware's reciprocal (refined) and ex2 instead
 // (ex2: relative error ~2^-22 a level, inside every result's float32 term tolerance; still
-// symmetric, so still bitwise reproducible). The CPU keeps the library calls. Knob for A/B runs:
-// -DJAXNORM_FAST_MERGE=0 merges by the library calls on the device too.
-#ifndef JAXNORM_FAST_MERGE
-#define JAXNORM_FAST_MERGE 1
-#endif
+// symmetric, so still bitwise reproducible). The CPU keeps the library calls.
 JN_HD float merge_rcp(float n) {
-#if defined(__CUDA_ARCH__) && JAXNORM_FAST_MERGE
+#ifdef __CUDA_ARCH__
   // One Newton step on the approximation: 1/n to within rounding for the counts merged (whole
   // numbers to 2^24), three instructions where the IEEE division takes ten and a slow path.
   float r;
@@ -52,7 +48,7 @@ JN_HD float merge_rcp(float n) {
 // exp(d) for d <= 0, a rescale factor in (0, 1]; below 2^-126 it is flushed to zero on the
 // device, a term under 2^-100 of the sum it joins.
 JN_HD float merge_exp(float d) {
-#if defined(__CUDA_ARCH__) && JAXNORM_FAST_MERGE
+#ifdef __CUDA_ARCH__
   float e;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(d * 1.4426950408889634f));
   return e;

@@ -161,11 +161,8 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
 constexpr int kSplitGap = 128;
 
 // Rows are split from this width: at 1024-4096 columns split packs measured no faster
-// (results/h100-rows.md, v15). Knob for A/B runs.
-#ifndef JAXNORM_SPLIT_PACK_COLS
-#define JAXNORM_SPLIT_PACK_COLS 16384
-#endif
-constexpr long long kSplitPackCols = JAXNORM_SPLIT_PACK_COLS;
+// (results/h100-rows.md, v15).
+constexpr long long kSplitPackCols = 16384;
 
 template <class T, int N>
 __device__ __forceinline__ Pack<T, N> load_raw_split(const T* p, bool split) {

@@ -10,14 +10,10 @@
 namespace jaxnorm {
 
 // Calls f(std::bool_constant<kBiasGrad>) for the op that sums the bias gradient where there is a
-// bias, and only the scale's where there is none. Knob for A/B runs: -DJAXNORM_BWD_BIAS_SPLIT=0
-// sums both always.
-#ifndef JAXNORM_BWD_BIAS_SPLIT
-#define JAXNORM_BWD_BIAS_SPLIT 1
-#endif
+// bias, and only the scale's where there is none.
 template <class F>
 ffi::Error with_bias_grad(bool has_bias, F f) {
-  if (has_bias || JAXNORM_BWD_BIAS_SPLIT == 0) return f(std::true_type{});
+  if (has_bias) return f(std::true_type{});
   return f(std::false_type{});
 }
 

@@ -50,11 +50,7 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
 
 // A cluster's CTAs exchange each row's statistics by pushing them into every peer's shared
 // memory and arriving on the peer's mbarrier, so a CTA waits only until every peer's value has
-// landed, not for every thread of the cluster at a barrier. Knob for A/B runs:
-// -DJAXNORM_CLUSTER_MBARRIER=0 exchanges through a cluster barrier per row.
-#ifndef JAXNORM_CLUSTER_MBARRIER
-#define JAXNORM_CLUSTER_MBARRIER 1
-#endif
+// landed, not for every thread of the cluster at a barrier.
 
 // Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel. Two
 // copies, used by alternate rows, so one barrier per row suffices: a copy is rewritten (by a
@@ -79,7 +75,7 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 template <int kCluster, class Smem>
 __device__ __forceinline__ void row_reduce_init(Smem& smem) {
   if constexpr (kCluster > 1) {
-    if (JAXNORM_CLUSTER_MBARRIER != 0 && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
 #pragma unroll
       for (int b = 0; b < 2; ++b)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(kCluster));
@@ -143,16 +139,11 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     // at 262144 columns: 0.90 -> 1.25x XLA, results/NOTES.md v6). Waiting on the mbarrier for
     // the peers' values instead of a cluster barrier: forward+backward +1-7% at 32K-131K (v8).
     static_assert(kThreads > 32, "a cluster row spans whole warps (the reuse argument needs the CTA barrier)");
-    if constexpr (JAXNORM_CLUSTER_MBARRIER != 0) {
-      if (threadIdx.x < kCluster) {
-        *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
-        arrive_remote(&smem.arrived[parity], threadIdx.x);
-      }
-      wait_phase(&smem.arrived[parity], (iter >> 1) & 1);
-    } else {
-      if (threadIdx.x < kCluster) *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
-      cluster.sync();
+    if (threadIdx.x < kCluster) {
+      *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
+      arrive_remote(&smem.arrived[parity], threadIdx.x);
     }
+    wait_phase(&smem.arrived[parity], (iter >> 1) & 1);
     v = group_allreduce<kCluster>(smem.cta[parity][threadIdx.x % kCluster], merge);
   }
   return v;

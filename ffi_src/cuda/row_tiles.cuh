@@ -25,11 +25,6 @@ namespace jaxnorm {
 struct WelfordMerge {
   __device__ Welford operator()(Welford a, Welford b) const { return welford_merge(a, b); }
 };
-// Knob for A/B runs: -DJAXNORM_MAXSUM_TWO_PHASE=0 all-reduces (max, sum) pairs by merges at every
-// butterfly level.
-#ifndef JAXNORM_MAXSUM_TWO_PHASE
-#define JAXNORM_MAXSUM_TWO_PHASE 1
-#endif
 struct MaxSumMerge {
   __device__ MaxSum operator()(MaxSum a, MaxSum b) const { return maxsum_merge(a, b); }
 
@@ -39,7 +34,7 @@ struct MaxSumMerge {
   // forward's instructions at 32768 columns, results/h100-rows.md). fmaxf skips a NaN max (the
   // loop kernel's), whose lane's sum is NaN too, and so is the row's. Symmetric, so every lane
   // ends with the same bits.
-  static constexpr bool kGroupAllReduce = JAXNORM_MAXSUM_TWO_PHASE != 0;
+  static constexpr bool kGroupAllReduce = true;
   template <int kWidth>
   __device__ MaxSum group(MaxSum v) const {
     float m = v.max;
@@ -61,14 +56,10 @@ struct Sum2Merge {
 __device__ __forceinline__ int64_t ceil_div_dev(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // L2 prefetch of a worker's next rows while it works on the current ones (the op's budget says
-// from which row span on). One row ahead: two measured slower (results/NOTES.md v6). Knob for A/B
-// runs: -DJAXNORM_L2_PREFETCH=0 turns it off.
-#ifndef JAXNORM_L2_PREFETCH
-#define JAXNORM_L2_PREFETCH 1
-#endif
+// from which row span on). One row ahead: two measured slower (results/NOTES.md v6).
 template <class Op, int kTPR, int kCluster>
 constexpr bool prefetches() {
-  return JAXNORM_L2_PREFETCH != 0 && kTPR * kCluster >= Op::kBudget.prefetch_threads;
+  return kTPR * kCluster >= Op::kBudget.prefetch_threads;
 }
 
 // One thread of each CTA requests the CTA's share of rows [row, row + kRowsPerCta) of the worker:
@@ -87,13 +78,10 @@ __device__ __forceinline__ void prefetch_rows(const Op& op, int64_t row, int64_t
 // where a persistent grid's static shares end unevenly: bf16 forwards up to 16384 columns ran
 // 2-22% faster against XLA in the same call (results/NOTES.md v7). Cluster tiles are one-shot up
 // to a cluster size that the op's budget and the direction choose (FwdRunner, one_shot_bwd), larger
-// ones persistent. Knob for A/B runs: -DJAXNORM_ONE_SHOT=0 makes every grid persistent.
-#ifndef JAXNORM_ONE_SHOT
-#define JAXNORM_ONE_SHOT 1
-#endif
+// ones persistent.
 template <int kCluster, int kMaxOneShotCluster = 1>
 constexpr bool one_shot_grid() {
-  return JAXNORM_ONE_SHOT != 0 && kCluster <= kMaxOneShotCluster;
+  return kCluster <= kMaxOneShotCluster;
 }
 constexpr int64_t kMaxGridX = 2147483647;
 
@@ -129,13 +117,10 @@ constexpr bool split_tile() {
 // An op that can (the norms) holds a 16-bit row as loaded: its statistics convert each element
 // as they go, and the stores convert the row again. Half the registers of holding floats (bf16
 // 4-pack tiles: 72 -> 56), so more warps are resident (LayerNorm +0-9% vs XLA, results/NOTES.md
-// v7). Knob for A/B runs: -DJAXNORM_HOLD_RAW=0 holds floats.
-#ifndef JAXNORM_HOLD_RAW
-#define JAXNORM_HOLD_RAW 1
-#endif
+// v7).
 template <class Op, int kPacks>
 constexpr bool holds_raw() {
-  if constexpr (JAXNORM_HOLD_RAW == 0 || !Op::kCanHoldRaw || sizeof(typename Op::Type) != 2) return false;
+  if constexpr (!Op::kCanHoldRaw || sizeof(typename Op::Type) != 2) return false;
   else return kPacks >= Op::kRawMinPacks;  // an op may hold floats where its registers allow
 }
 
@@ -159,16 +144,12 @@ constexpr int min_ctas_per_sm() {
 // 56 -> 114 a thread) cost larger launches 7-18% (results/h100-rows.md, v13). Only where the
 // tile's register cap leaves room beside the held row (Op::kParamFloats floats a column, ~32
 // registers of addresses and temporaries), in tiles of up to 4 packs; the wide tiles spilled.
-// Knob for A/B runs: -DJAXNORM_EARLY_PARAMS=0 never takes it.
-#ifndef JAXNORM_EARLY_PARAMS
-#define JAXNORM_EARLY_PARAMS 1
-#endif
 template <class Op, int kBlock, int kPacks>
 constexpr bool early_params() {
   constexpr int V = kVecOf<typename Op::Type>;
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : V);
   constexpr int cap = 65536 / (kBlock * min_ctas_per_sm<Op, kBlock, kPacks>());
-  return JAXNORM_EARLY_PARAMS != 0 && Op::kParamFloats > 0 && kPacks <= 4 &&
+  return Op::kParamFloats > 0 && kPacks <= 4 &&
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
 }
 
@@ -282,14 +263,10 @@ __global__ void __launch_bounds__(kBlock) loop_fwd_kernel(Op op, int64_t rows, i
 // of a worker and are written once per worker to workspace[group][worker] (no atomics).
 // 16-bit rows (a and dy) are held as loaded, as the forwards hold x: each pack is converted
 // once for the row sums and again for dx, and the ops' terms() run twice (the second time only
-// to put a in emit()'s form; its sums are dead). Knob for A/B runs: -DJAXNORM_BWD_HOLD_RAW=0
-// holds floats.
-#ifndef JAXNORM_BWD_HOLD_RAW
-#define JAXNORM_BWD_HOLD_RAW 1
-#endif
+// to put a in emit()'s form; its sums are dead).
 template <class Op>
 constexpr bool bwd_holds_raw() {
-  return JAXNORM_BWD_HOLD_RAW != 0 && sizeof(typename Op::Type) == 2 && sizeof(typename Op::RowType) == 2;
+  return sizeof(typename Op::Type) == 2 && sizeof(typename Op::RowType) == 2;
 }
 
 // Registers of row (a and dy) a backward thread holds.
@@ -301,15 +278,10 @@ constexpr int bwd_held_registers() {
 // At most 128 registers a thread for CTAs up to 256 threads, so 512 threads fit per SM. A
 // 512-thread CTA without column partials holding 32 registers of row (16-bit 4-pack tiles as
 // loaded, float32 ones as floats) fits twice, where the op says its code does (Op::kFitsTwice).
-// Knob for A/B runs: -DJAXNORM_BWD_FITS_TWICE=0 keeps one such CTA a SM (and so persistent
-// cluster grids, one_shot_bwd).
-#ifndef JAXNORM_BWD_FITS_TWICE
-#define JAXNORM_BWD_FITS_TWICE 1
-#endif
 template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
   if constexpr (Op::kColumnSums == 0) {
-    if (JAXNORM_BWD_FITS_TWICE != 0 && Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
+    if (Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
       return 2;
   }
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;

@@ -8,16 +8,6 @@
 #include "cuda/device_types.cuh"
 #include "cuda/row_tiles.cuh"
 
-// Knob for A/B runs: -DJAXNORM_SOFTMAX_EX2=0 gives 16-bit softmax forwards expf, as float32 has.
-#ifndef JAXNORM_SOFTMAX_EX2
-#define JAXNORM_SOFTMAX_EX2 1
-#endif
-
-// Knob for A/B runs: -DJAXNORM_LOGSOFTMAX_BWD_EX2=0 gives 16-bit log-softmax backwards expf.
-#ifndef JAXNORM_LOGSOFTMAX_BWD_EX2
-#define JAXNORM_LOGSOFTMAX_BWD_EX2 1
-#endif
-
 namespace jaxnorm {
 
 template <int N>
@@ -104,7 +94,7 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // exp(m - row max) / sum. Float32 keeps expf.
   static constexpr float kExpBias = 64.f;
   __device__ float exp_shifted(float d) const {
-    if constexpr (JAXNORM_SOFTMAX_EX2 != 0 && sizeof(T) == 2) {
+    if constexpr (sizeof(T) == 2) {
       return ex2_approx(log ? d * kLog2e : fmaf(d, kLog2e, kExpBias));
     } else {
       return expf(d);
@@ -309,7 +299,7 @@ struct SoftmaxBwdOp {
     load_keep<N>(mask(), row * cols + col, keep);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      if constexpr (JAXNORM_LOGSOFTMAX_BWD_EX2 != 0 && sizeof(T) == 2) {
+      if constexpr (sizeof(T) == 2) {
         // A 16-bit dx is rounded to 2^-9 or coarser: exp(y) by the hardware's ex2 (relative error
         // ~2^-22 plus y's rounding times |y|), three instructions instead of expf's ten.
         if (log) {

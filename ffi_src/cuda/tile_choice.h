@@ -50,11 +50,7 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
 // forwards 0.97-0.98, 0.94-0.95 and 0.93-0.96x the time of persistent 512-thread CTAs of 4
 // packs (two calls), float32 softmax 0.90x; but RMSNorm 1.04x and float32 LayerNorm 1.03x, so
 // those keep clusters of 16 persistent (kHeldRowPersistent16Budget; results/h100-rows.md, v14).
-// Knob for A/B runs: -DJAXNORM_HELD_ONE_SHOT_CLUSTER=8 keeps every cluster of 16 persistent.
-#ifndef JAXNORM_HELD_ONE_SHOT_CLUSTER
-#define JAXNORM_HELD_ONE_SHOT_CLUSTER 16
-#endif
-constexpr TileBudget kHeldRowForwardBudget{4, 512, 8, 64, 512, false, JAXNORM_HELD_ONE_SHOT_CLUSTER, 256, 8};
+constexpr TileBudget kHeldRowForwardBudget{4, 512, 8, 64, 512, false, 16, 256, 8};
 constexpr TileBudget kHeldRowPersistent16Budget{4, 512, 8, 64, 512, false, 8, 256, 8};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
 // and ~110 registers, one 512-thread CTA per SM (on H100 8K-column rows run at 84-88% of copy
@@ -69,14 +65,10 @@ constexpr TileBudget kHeldRowPersistent16Budget{4, 512, 8, 64, 512, false, 8, 25
 // column partials in shared memory instead (row_tiles.cuh).
 // 16-bit rows of 16K-131K columns take that wide tile too, in half as many CTAs per row (one CTA
 // at 16384): bf16 norm forward+backward +0-12% against XLA in the same call, RMSNorm 16384
-// 0.94 -> 1.00x, 131072 0.76 -> 0.84x (results/NOTES.md v8). Knob for A/B runs:
-// -DJAXNORM_BWD_WIDE_FIRST=0 keeps them on 16-element tiles in clusters twice as large.
-#ifndef JAXNORM_BWD_WIDE_FIRST
-#define JAXNORM_BWD_WIDE_FIRST 1
-#endif
+// 0.94 -> 1.00x, 131072 0.76 -> 0.84x (results/NOTES.md v8).
 constexpr TileBudget norm_backward_budget(int elem_bytes) {
   return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, elem_bytes == 4 ? 512 : 1,
-          JAXNORM_BWD_WIDE_FIRST != 0 && elem_bytes == 2};
+          elem_bytes == 2};
 }
 // The softmax backward holds y and dy: 32 registers at 4 packs (16-bit as loaded, float32 as
 // floats), so its 512-thread tiles fit twice a SM and run one-shot (row_tiles.cuh, one_shot_bwd).
