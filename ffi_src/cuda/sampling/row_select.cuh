@@ -15,7 +15,9 @@
 // peers' draws over the tokens above it, made in the same pass. Rows whose gather would overflow
 // CTA 0's buffer (flat rows, wide top-k) take the radix passes. With top-k, each CTA first bounds
 // the boundary bin from below by its threads' largest tokens (delegate_floor), and both passes
-// skip the tokens below that bound after a subtract, a multiply and a compare.
+// skip the tokens below that bound after a subtract, a multiply and a compare. Sampled rows with
+// top-p alone (no min-p) gather nothing: after the same histogram, draw_top_p (top_p_draw.cuh)
+// draws by inverse transform over the bins' masses; the filter and top-p with min-p gather.
 //
 // Thresholds are otherwise found by radix select: each CTA histograms its chunk in shared memory, the
 // cluster sums the histograms through distributed shared memory (each CTA reads every peer's, so
