@@ -69,23 +69,38 @@ __device__ __forceinline__ void group_masses(int g, int n, const Token4& token4,
 }
 
 // This CTA's token at mass position pos among its tokens with match(bin, key), in index order (pos
-// below their mass, taken from the same masses): its local index, for every thread. Each warp sums
-// a contiguous span of the chunk; the warp whose span holds pos scans it again, 128 tokens a step.
+// below their mass, taken from the same masses): its local index, for every thread. Each warp
+// sums a contiguous span of the chunk in up to 32 segments (one 32-group step each while the span
+// holds at most 1024 groups); the warp whose span holds pos finds the segment by one scan of
+// its segments' sums and scans that segment again, 128 tokens a step.
 template <int kThreads, class Token4, class Match>
 __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long long pos, Token4 token4, Match match) {
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int groups = (n + 3) / 4;
   const int span = (groups + 32 * kWarps - 1) / (32 * kWarps) * 32;
-  unsigned long long mine = 0;
-  for (int g = warp * span + lane; g < min(groups, (warp + 1) * span); g += 32) {
+  const int steps = span / 32, per_seg = (steps + 31) / 32;
+  unsigned long long* seg = &sh.warp_mass[0][0];  // [kWarps][32]: free outside a weighed histogram
+  seg[32 * warp + lane] = 0;
+  __syncwarp();
+  unsigned long long acc = 0;
+  for (int it = 0; it < steps; ++it) {
     unsigned long long w[4];
-    group_masses(g, n, token4, match, w);
-    mine += w[0] + w[1] + w[2] + w[3];
+    group_masses(warp * span + 32 * it + lane, n, token4, match, w);
+    acc += w[0] + w[1] + w[2] + w[3];
+    if (it % per_seg == per_seg - 1 || it == steps - 1) {
+      if (__ballot_sync(~0u, acc != 0)) {
+        const unsigned long long t = warp_sum(acc);
+        if (lane == 0) seg[32 * warp + it / per_seg] = t;
+      }
+      acc = 0;
+    }
   }
-  mine = warp_sum(mine);
+  __syncwarp();
+  const unsigned long long mine = seg[32 * warp + lane];
+  const unsigned long long total = warp_sum(mine);
   __syncthreads();  // an earlier reader of sh.wsum is done
-  if (lane == 0) sh.wsum[warp] = mine;
+  if (lane == 0) sh.wsum[warp] = total;
   __syncthreads();
   int at = kWarps - 1;
   unsigned long long before = 0;
@@ -98,24 +113,28 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
   }
   if (warp == at) {
     pos -= before;
+    const unsigned long long incl = warp_inclusive_scan(mine);
+    const int sg = __ffs(__ballot_sync(~0u, pos < incl)) - 1;
+    pos -= __shfl_sync(~0u, incl - mine, sg);
     unsigned long long run = 0;
-    for (int g0 = at * span; g0 < min(groups, (at + 1) * span); g0 += 32) {
+    for (int it = sg * per_seg; it < min(steps, (sg + 1) * per_seg); ++it) {
+      const int g0 = at * span + 32 * it;
       unsigned long long w[4];
       group_masses(g0 + lane, n, token4, match, w);
       const unsigned long long sum = w[0] + w[1] + w[2] + w[3];
       if (__ballot_sync(~0u, sum != 0) == 0) continue;
-      const unsigned long long incl = warp_inclusive_scan(sum);
-      const unsigned hit = __ballot_sync(~0u, pos < run + incl);
+      const unsigned long long in = warp_inclusive_scan(sum);
+      const unsigned hit = __ballot_sync(~0u, pos < run + in);
       if (hit) {
         if (lane == __ffs(hit) - 1) {
-          unsigned long long a = run + incl - sum;
+          unsigned long long a = run + in - sum;
           int j = 0;
           while (j < 3 && !(pos < a + w[j])) a += w[j++];
           sh.located = 4 * (g0 + lane) + j;
         }
         break;
       }
-      run += __shfl_sync(~0u, incl, 31);
+      run += __shfl_sync(~0u, in, 31);
     }
   }
   __syncthreads();
