@@ -231,15 +231,17 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
   // A 64-bit shared atomic add is a CAS loop. While a warp's sums fit, masses go into its slot as
   // two 32-bit halves by native atomics: q = hi * 2^19 + lo with both halves <= 2^19, and a warp
   // adds at most n / kWarps + 128 tokens to a bin, so each half's sum stays below 2^32 while that
-  // is below 2^13 (float32 chunks of 64 KB, 16-bit ones of 128 KB at 512 threads).
+  // is below 2^13 (float32 chunks of 64 KB, 16-bit ones of 128 KB at 512 threads). The warp's
+  // slots hold the kBins low halves, then the high ones: a warp's adds to distinct bins spread
+  // over all 32 banks, where interleaved halves put every low half on the 16 even banks.
   const bool split = n / kWarps + 128 < (1 << 13);
+  unsigned* const lo_half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][0]);
   auto add = [&](uint32_t d, unsigned long long q) {
     if (kCounts) atomicAdd(&sh.cnt[b][d], 1u);
     if (kMass && q) {  // tail tokens weigh 0
       if (split) {
-        unsigned* half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][d]);
-        atomicAdd(half, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
-        atomicAdd(half + 1, static_cast<unsigned>(q >> kMassSplit));
+        atomicAdd(lo_half + d, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
+        atomicAdd(lo_half + kBins + d, static_cast<unsigned>(q >> kMassSplit));
       } else {
         atomicAdd(&sh.warp_mass[warp][d], q);
       }
@@ -268,8 +270,9 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
       unsigned long long m = 0;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
-        const unsigned long long v = sh.warp_mass[w][i];
-        m += split ? (v & 0xffffffffull) + ((v >> 32) << kMassSplit) : v;
+        const unsigned* halves = reinterpret_cast<const unsigned*>(&sh.warp_mass[w][0]);
+        m += split ? halves[i] + (static_cast<unsigned long long>(halves[kBins + i]) << kMassSplit)
+                   : sh.warp_mass[w][i];
       }
       sh.mass[b][i] = m;
     }
