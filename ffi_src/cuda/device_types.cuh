@@ -107,6 +107,17 @@ __device__ __forceinline__ Pack<T, N> load_raw_nc(const T* p) {
   return pk;
 }
 
+// 16 bytes from global memory (p aligned to 16) into shared memory (s aligned to 16) without a
+// register, in flight until cp_async_wait_all: a CTA can have its whole chunk in flight at once.
+__device__ __forceinline__ void cp_async16(void* s, const void* p) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(s));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(p) : "memory");
+}
+// Waits for this thread's cp_async16 copies (visible to it; to the CTA after a barrier).
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+}
+
 // The same as floats.
 template <class T, int N>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {

@@ -142,7 +142,19 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         // most that stay within the 80 registers of 3 CTAs an SM without spilling (ptxas, nvcc 13).
         constexpr int U = kBias || sizeof(T) == 2 ? 2 : 4;
         const int npk = n / N;
-        for (int base = threadIdx.x; base < npk; base += U * kThreads) {
+        const bool async_copy = !kBias && a.resident && a.async_copy;
+        if (async_copy) {
+          // The whole chunk in flight at once, no register held: the register copy below keeps U
+          // packs a thread in flight, so a 64 KB chunk of 256 threads waits out 4 DRAM latencies.
+          for (int pk = threadIdx.x; pk < npk; pk += kThreads) cp_async16(smem_chunk + pk * N, grow + pk * N);
+          cp_async_wait_all();
+          for (int pk = threadIdx.x; pk < npk; pk += kThreads) {
+            const Pack<T, N> v = *reinterpret_cast<const Pack<T, N>*>(smem_chunk + pk * N);
+#pragma unroll
+            for (int j = 0; j < N; ++j) note(to_float(v.v[j]));
+          }
+        }
+        for (int base = threadIdx.x; base < (async_copy ? 0 : npk); base += U * kThreads) {
           Pack<T, N> v[U];
 #pragma unroll
           for (int u = 0; u < U; ++u) {

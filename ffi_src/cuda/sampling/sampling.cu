@@ -198,6 +198,11 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   a.delegate_floor = a.rows >= 64;
   SelectArgs<T> g = a;
   const RowsLaunch general = rows_launch<T, kMode, kBias>(&g, extra_smem);
+  // The chunk copy by cp.async where rows queue for the SMs (more CTAs than SMs). Same-call A/B
+  // against the register copy (h100-sampling.md, cd5d1c9; top-p 0.9 and top_k 50 at 1-256 x
+  // 128256): float32 64 rows 0.959-0.971x the time, 256 rows 0.944-0.961x; bfloat16 256 rows
+  // 0.972x; but bfloat16 64 rows (one wave) 1.011-1.025x and batch 1 1.003-1.011x.
+  g.async_copy = a.rows * general.p.cluster > device_facts().sms;
   if constexpr (kMode == kSample) {
     // The one-read top-k kernel (stream_select.cuh) with its own plan where rows queue for the SMs
     // (more CTAs than SMs in the general kernel's plan), or where the general kernel's chunks are
