@@ -77,7 +77,7 @@ struct SelectShared {
   static constexpr int kWarps = kThreads / 32;
   uint32_t cnt[2][kBins];               // this CTA's histogram, double-buffered across passes
   unsigned long long mass[2][kBins];
-  unsigned long long warp_mass[kWarps][kBins];  // per warp: 64-bit atomics are CAS loops, keep them uncontended
+  unsigned long long warp_mass[kWarps][kBins];  // per warp (CAS loops uncontended): 64-bit sums, or split halves (cluster_histogram)
   float fval[2];                        // this CTA's published max / best score
   int ival[2];                          // and best index
   unsigned long long bin_cnt[kBins];    // the cluster's totals
