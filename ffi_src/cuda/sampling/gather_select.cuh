@@ -261,9 +261,8 @@ __device__ __forceinline__ float s_below_bin(uint32_t bin) {
 }
 
 // Top-p's first pass (draw_top_p's, and the gather's without top-k): the cluster's masses by value
-// bin, and top-p's crossing bin in them
-// (sh.dec_bin, dec_above, target; with kCounts the counts and dec_n too). token4(g, ...) as in
-// gather_candidates.
+// bin, and top-p's crossing bin in them (sh.dec_bin, dec_above, target; with kCounts the counts
+// and dec_n too). token4(g, ...) as in gather_candidates.
 template <bool kCounts, int kThreads, class Token4>
 __device__ void weigh_value_bins(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
                                  const RowParams& q, Token4 token4) {
