@@ -24,20 +24,31 @@ The conventions (``jaxnorm.reference.sampling_mask`` is the written spec):
   token(s), ``min_p <= 0`` is off, ``min_p >= 1`` keeps only the top token(s). Python scalars are
   checked and out-of-range values raise.
 
-Randomness: the noise is drawn inside the kernel by a counter-based generator, Philox-4x32-10,
-keyed by the JAX key's data, with the token index (and, for a single key shared by the batch, the
-row index) as its counter. A token is the argmax of ``logit / temperature + Gumbel noise`` over the
-kept tokens (the Gumbel-max trick, an exact sampler of the renormalized distribution). Top-p alone
-(no top-k, no min-p) draws instead by inverse transform, with no noise a token: masses exp(s) in
-2^-38 fixed point, value bins 1/8 wide in s, and top-p's crossing bin B (every token above it is
-kept). A 64-bit Philox word of the row (counter ``(round, row index, tag, 1)``) times the mass of the
-bins >= B, over 2^64, is a position in the tokens ordered by bin (descending), then index; a token
-above B is drawn, one in B is kept if the mass of the strictly larger values is below top-p's
-target, else the next round draws among B's tokens above it (rejection sampling from sets that
-hold the kept set: exact); after 4 rejected rounds the Gumbel rule decides. Hence the same key and
-logits give the same token, run to run, on any batch composition when every row has its own key;
-CPU and GPU draw the same noise and the same rounds. The kernels read the logits once, hold each row in
-the shared memory of a thread-block cluster, and find the top-k/top-p thresholds on those copies:
+Randomness: drawn inside the kernel by a counter-based generator, Philox-4x32-10, keyed by the
+JAX key's data, with the token index or the draw round (and, for a single key shared by the batch,
+the row index) as its counter. Masses are exp(s), s = (logit - max) / temperature, in 2^-38 fixed
+point rounded to the nearest integer (a token below 2^-39 of the largest probability weighs 0 and
+is never drawn: at most vocab * 2^-39 of the mass, 2.3e-7 at 128256 tokens), summed exactly.
+
+- Rows without top-k or top-p (no filter, or min-p alone) draw by inverse transform: a 64-bit
+  Philox word of the row (counter ``(0, row index, tag, 1)``) times the kept tokens' total mass,
+  over 2^64, is a position in their masses in index order, and the token there is drawn.
+- Rows with top-k draw the argmax of ``logit / temperature + Gumbel noise`` over the kept tokens
+  (the Gumbel-max trick, an exact sampler of the renormalized distribution), the noise -ln(-ln u)
+  of a uniform from the token's Philox word.
+- Top-p alone (no top-k, no min-p) draws by inverse transform with value bins 1/8 wide in s and
+  top-p's crossing bin B (every token above it is kept). Round r's word (counter ``(r, row index,
+  tag, 1)``) times the mass of the bins >= B, over 2^64, is a position in the tokens ordered by bin
+  (descending), then index; a token above B is drawn, one in B is kept if the mass of the strictly
+  larger values is below top-p's target, else the next round draws among B's tokens above it
+  (rejection sampling from sets that hold the kept set: exact); after 4 rejected rounds the Gumbel
+  rule decides.
+
+Hence the same key and logits give the same token, run to run, on any batch composition when every
+row has its own key; CPU and GPU draw the same words and the same rounds (their exp and log round
+differently, which can move a draw only at a token's edge). The kernels read the logits once, hold
+each row in the shared memory of a thread-block cluster, and find the top-k/top-p thresholds on
+those copies:
 a histogram locates the threshold's bin, the tokens at or above it are gathered and sorted in one
 CTA (radix select where they would not fit), with masses summed in 64-bit fixed point (exact,
 order-independent): no sort of the vocabulary, no atomics that change results. With ``top_k``,

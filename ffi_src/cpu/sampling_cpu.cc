@@ -123,10 +123,27 @@ float gumbel_score(const RowView& rv, const RowParams& q, int64_t c) {
   return (rv.v[c] - rv.m) * q.inv_t - std::log(-std::log(u));
 }
 
-// The first token of the largest score. A row that keeps most tokens (no top-k or top-p) is
-// estimated in vector form first and only the tokens whose estimate comes within
-// estimate_margin of the best are scored exactly: the winner is always among them, so the
-// token is the one the exact scan over every kept token picks.
+// A row without top-k or top-p (no filter, or min-p alone): the inverse-transform draw of
+// jaxnorm/sampling.py, R = the first pick word scaled to the kept tokens' total mass, a position in
+// their masses in index order (the CUDA kernels' draw_by_mass).
+int32_t draw_by_mass(const RowView& rv, const RowParams& q, std::vector<uint64_t>* mass) {
+  const int64_t cols = static_cast<int64_t>(rv.v.size());
+  mass->resize(cols);
+  uint64_t z = 0;
+  for (int64_t c = 0; c < cols; ++c) {
+    (*mass)[c] = (rv.v[c] - rv.m) * q.inv_t >= q.log_min_p ? token_mass(rv, q, c) : 0;
+    z += (*mass)[c];
+  }
+  uint64_t r = sampling::scale_word(sampling::pick_word(0, q.row_in_key, q.key0, q.key1), z);
+  for (int64_t c = 0; c < cols; ++c) {
+    if (r < (*mass)[c]) return static_cast<int32_t>(c);
+    r -= (*mass)[c];
+  }
+  return -1;  // not reached: the maximum's mass is 2^38
+}
+
+// The first token of the largest score among the kept tokens of a row with top-k or top-p (or
+// whose top-p draw rejected every round); the other rows draw by inverse transform.
 template <class T>
 int32_t sample_row(const T* x, const float* bias, int64_t cols, const RowParams& q, RowView* rv) {
   const bool keys = q.use_k || q.use_p;
@@ -139,22 +156,16 @@ int32_t sample_row(const T* x, const float* bias, int64_t cols, const RowParams&
     }
     return static_cast<int32_t>(best);
   }
-  const uint32_t t = keys ? key_threshold(*rv, q) : 0;
+  if (!keys) return draw_by_mass(*rv, q, &rv->mass);
+  const uint32_t t = key_threshold(*rv, q);
   if (q.use_p && !q.use_k && q.log_min_p == -INFINITY) {
     const int64_t c = draw_top_p(*rv, q, t);
     if (c >= 0) return static_cast<int32_t>(c);
   }
-  float best = -INFINITY, cut = -INFINITY;
-  if (!keys) {
-    rv->u.resize(cols);
-    rv->score.resize(cols);
-    row_uniforms(q, cols, rv->u.data());
-    const float top = estimate_scores(*rv, q, rv->u.data(), cols, rv->score.data());
-    cut = top - estimate_margin(top);
-  }
+  float best = -INFINITY;
   int32_t token = -1;
   for (int64_t c = 0; c < cols; ++c) {
-    if ((!keys && !(rv->score[c] >= cut)) || !kept(*rv, q, t, keys, c)) continue;
+    if (!kept(*rv, q, t, true, c)) continue;
     const float score = gumbel_score(*rv, q, c);
     if (score > best) {
       best = score;

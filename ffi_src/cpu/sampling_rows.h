@@ -1,6 +1,6 @@
 // The sampling CPU handlers' passes over a whole row, written as branch-free loops that the
-// compiler vectorizes (cpu/vec_math.h's clones): the row's values and keys, the filtered logits,
-// and the Gumbel draw over a row that keeps most of its tokens. Every value that decides a kept
+// compiler vectorizes (cpu/vec_math.h's clones): the row's values and keys, and the filtered
+// logits. Every value that decides a kept
 // set or a token is computed with the same float operations as the scalar definition
 // (common/sampling_math.h), so the handlers select the same tokens whatever the vector width.
 #pragma once
@@ -18,12 +18,12 @@ namespace jaxnorm {
 namespace {  // internal linkage: each clone's ifunc resolver stays in its translation unit
 
 // One row's sampling view: values v (sampling_value), their keys (when a top-k or top-p
-// threshold needs them), the maximum m; and the Gumbel pass's scratch.
+// threshold needs them), the maximum m; and the inverse-transform draw's masses.
 struct RowView {
   std::vector<float> v;
   std::vector<uint32_t> key;
   float m = -INFINITY;
-  std::vector<float> u, score;
+  std::vector<uint64_t> mass;
 };
 
 template <class T>
@@ -94,33 +94,6 @@ JN_CPU_CLONES float filter_nan(const T* x, const float* bias, int64_t cols, T* y
   }
   return lane_max(cols, [&](int64_t c) { return to_float(y[c]); });
 }
-
-// The Gumbel draw's uniforms for every token of the row: one Philox block per 4 tokens.
-JN_CPU_CLONES void row_uniforms(const sampling::RowParams& q, int64_t cols, float* u) {
-  for (int64_t g = 0; g * 4 < cols; ++g) {
-    const sampling::Philox4 w = sampling::token_words(static_cast<uint32_t>(g), q.row_in_key, q.key0, q.key1);
-    for (int j = 0; j < 4 && g * 4 + j < cols; ++j) u[g * 4 + j] = sampling::open_uniform(w.v[j]);
-  }
-}
-
-// Estimates s - log(-log u) of the kept tokens (min-p only: no keys) with log_pos, -inf for the
-// others, into score; returns their maximum.
-JN_CPU_CLONES float estimate_scores(const RowView& rv, const sampling::RowParams& q, const float* u,
-                                           int64_t cols, float* score) {
-  const float* v = rv.v.data();
-  const float m = rv.m, inv_t = q.inv_t, lmp = q.log_min_p;
-  for (int64_t c = 0; c < cols; ++c) {
-    const float s = (v[c] - m) * inv_t;
-    score[c] = s >= lmp ? s - log_pos(-log_pos(u[c])) : -INFINITY;
-  }
-  return lane_max_at(cols, [&](auto at) { return at(static_cast<const float*>(score)); });
-}
-
-// How far an estimate may sit below the best estimate and its token still win: log_pos and
-// libm's logf differ by a few ulp, so g = log(-log u) (|g| < 17 for u in [2^-24, 1 - 2^-24])
-// by under 1e-5, and a score by that plus its own rounding (2^-23 relative); each side of the
-// comparison may err, and the margin is 100x that.
-JN_VEC_INLINE float estimate_margin(float best) { return 1e-3f + 1e-4f * std::fabs(best); }
 
 }  // namespace
 }  // namespace jaxnorm

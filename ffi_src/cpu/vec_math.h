@@ -98,41 +98,6 @@ JN_VEC_INLINE V exp_vec(V x) {
   return pick(x != x, x, big);
 }
 
-// log(x) for a positive normal x by Cephes' logf polynomial on [sqrt(1/2), sqrt(2)): a few ulp
-// relative error, vectorizes. An estimate for prefilters: values that must match libm's logf
-// bit for bit are recomputed with it.
-JN_VEC_INLINE int32_t float_bits_i(float f) {
-  int32_t i;
-  std::memcpy(&i, &f, 4);
-  return i;
-}
-JN_VEC_INLINE v8i float_bits_i(v8f f) { return (v8i)f; }
-JN_VEC_INLINE v8f bits_float(v8i i) { return (v8f)i; }
-JN_VEC_INLINE float int_to_float(int32_t i) { return static_cast<float>(i); }
-JN_VEC_INLINE v8f int_to_float(v8i i) { return __builtin_convertvector(i, v8f); }
-
-template <class V>
-JN_VEC_INLINE V log_pos(V x) {
-  const auto b = float_bits_i(x);
-  const V m1 = bits_float((b & 0x007fffff) | 0x3f800000);  // mantissa in [1, 2)
-  V e = int_to_float((b >> 23) - 127);
-  const auto big = m1 > 1.41421356f;
-  const V f = pick(big, m1 * 0.5f, m1) - 1.0f;
-  e = pick(big, e + 1.0f, e);
-  const V z = f * f;
-  V y = lit<V>(7.0376836292e-2f);
-  y = y * f - 1.1514610310e-1f;
-  y = y * f + 1.1676998740e-1f;
-  y = y * f - 1.2420140846e-1f;
-  y = y * f + 1.4249322787e-1f;
-  y = y * f - 1.6668057665e-1f;
-  y = y * f + 2.0000714765e-1f;
-  y = y * f - 2.4999993993e-1f;
-  y = y * f + 3.3333331174e-1f;
-  y = y * f * z + e * -2.12194440e-4f - 0.5f * z;
-  return (f + y) + e * 0.693359375f;
-}
-
 // exp(x) for x <= 0 or NaN (softmax's x - max; log-softmax's outputs), in about half
 // exp_vec's instructions: no overflow handling, one power of two, and results below float's
 // normal range (x < -87.3) flushed to 0 or rounded once, at most 2^-126 off where a softmax

@@ -16,8 +16,10 @@
 // CTA 0's buffer (flat rows, wide top-k) take the radix passes. With top-k, each CTA first bounds
 // the boundary bin from below by its threads' largest tokens (delegate_floor), and both passes
 // skip the tokens below that bound after a subtract, a multiply and a compare. Sampled rows with
-// top-p alone (no min-p) gather nothing: after the same histogram, draw_top_p (top_p_draw.cuh)
-// draws by inverse transform over the bins' masses; the filter and top-p with min-p gather.
+// top-p alone (no min-p) gather nothing: after the same histogram, draw_top_p (inverse_draw.cuh)
+// draws by inverse transform over the bins' masses; the filter and top-p with min-p gather. Sampled
+// rows without top-k or top-p (no filter, min-p alone) need no threshold: draw_by_mass draws by
+// inverse transform over the kept tokens' masses in index order.
 //
 // Thresholds are otherwise found by radix select: each CTA histograms its chunk in shared memory, the
 // cluster sums the histograms through distributed shared memory (each CTA reads every peer's, so
@@ -26,7 +28,8 @@
 // masses are integers, so the sums, and therefore the thresholds, do not depend on the order of
 // the atomic additions.
 //
-// Modes: kSample (one token a row: Gumbel-max over the kept tokens) and kFilter (the logits with
+// Modes: kSample (one token a row: Gumbel-max over the kept tokens where top-k or a rejected top-p
+// draw set the thresholds, else by inverse transform) and kFilter (the logits with
 // the dropped tokens at -inf) select with select_threshold: a first pass over value bins of
 // (v - max) / T, then 8 key bits a pass inside the chosen bin. kTopK (the k largest in lax.top_k's
 // order) works on the raw key, which orders NaN and -0 as lax.top_k does: where top_k_plan says
@@ -45,7 +48,7 @@
 
 #include "cuda/sampling/radix_select.cuh"
 #include "cuda/sampling/stream_select.cuh"
-#include "cuda/sampling/top_p_draw.cuh"
+#include "cuda/sampling/inverse_draw.cuh"
 
 namespace jaxnorm {
 namespace sampling {
@@ -310,6 +313,19 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
           weigh_value_bins<false>(cl, sh, phase, n, q, token4);
           drawn = draw_top_p(cl, sh, phase, hb, n, c0, q, token, token4, static_cast<int32_t*>(a.out) + r,
                              r + gridDim.y >= a.rows);
+        } else if (m != -INFINITY && !q.greedy && !q.use_k && !q.use_p) {
+          // The kept tokens' masses: the same s, and so the same integers, as token_x gives.
+          auto kept_mass4 = [&](int g, unsigned long long (&w)[4]) {
+            float x[4];
+            logits4(g, x);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float s = (sampling_value(x[j], inf_row) - m) * q.inv_t;
+              w[j] = 4 * g + j < n && s >= q.log_min_p ? mass_of(s) : 0ull;
+            }
+          };
+          draw_by_mass(cl, sh, phase, n, c0, q, kept_mass4, static_cast<int32_t*>(a.out) + r, r + gridDim.y >= a.rows);
+          drawn = true;
         }
       }
       if (!top_p_alone && m != -INFINITY && !q.greedy && (q.use_k || q.use_p)) {
@@ -354,8 +370,9 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
                                       [&](uint32_t bin, uint32_t key) { return keeps(tk, bin, key); });
         }
       }
-      // Without a top-k or top-p threshold (both at bin 0, key 0: keep all) no token needs its bin
-      // and key (measured: 13% of the instructions of the unfiltered draw).
+      // Without a top-k or top-p threshold (both at bin 0, key 0: keep all; the filter of such rows)
+      // no token needs its bin and key (measured: 13% of the instructions of the Gumbel draw over
+      // every token, which such rows took before draw_by_mass).
       const bool thresholded = (tk.bin | tk.key | tp.bin | tp.key) != 0u;
       auto kept_x = [&](float x, float& s) {
         uint32_t bin, key;

@@ -95,7 +95,7 @@ struct SelectShared {
   float above_s;                        // this CTA's best draw among the tokens above the gathered bin
   int above_i;
   bool arrived;                         // at the exit barrier, early (see arrive_early)
-  // Top-p alone's draw (top_p_draw.cuh):
+  // The inverse-transform draws (inverse_draw.cuh):
   unsigned long long part[2];           // this CTA's share of a cluster sum, double-buffered by phase
   unsigned long long pick_pos;          // the draw's position in the picked CTA's share
   unsigned long long pick_sub;          // the mass of the next proposal's tokens in the crossing bin

@@ -1,15 +1,19 @@
-// Top-p alone, drawn by inverse transform over the fixed-point masses (the rule jaxnorm/sampling.py
-// states, and the CPU handler follows): no threshold search, no sort, no noise a token.
+// Draws by inverse transform over the fixed-point masses (the rules jaxnorm/sampling.py states,
+// and the CPU handler follows): no threshold search, no sort, no noise a token.
 //
-// After the weighed histogram of value bins, every token in the bins above the crossing bin B is
-// kept. A draw R in [0, Q) over the masses of the bins >= B, ordered by bin (descending) then
-// index, that lands above B is the row's token: the cluster picks the bin from the histogram, the
-// CTA from its peers' masses in that bin (chunks are in index order), and only that CTA scans its
-// chunk for the token; the peers go on at once. A draw into B is tested exactly (the mass of the
-// strictly larger values against top-p's target: one pass, two cluster barriers); a rejected
-// draw raises the pivot to its key and draws again among the tokens of B above it. Each proposal
-// set holds the kept set, so the accepted token follows the kept masses (rejection sampling).
-// After kPickRounds rejections the caller takes the exact threshold and the Gumbel draw.
+// Rows without top-k or top-p (no filter, or min-p alone: the kept set is known once the maximum
+// is): one draw R over the kept tokens' masses in index order (draw_by_mass).
+//
+// Top-p alone (draw_top_p): after the weighed histogram of value bins, every token in the bins
+// above the crossing bin B is kept. A draw R in [0, Q) over the masses of the bins >= B, ordered
+// by bin (descending) then index, that lands above B is the row's token: the cluster picks the bin
+// from the histogram, the CTA from its peers' masses in that bin (chunks are in index order), and
+// only that CTA scans its chunk for the token; the peers go on at once. A draw into B is tested
+// exactly (the mass of the strictly larger values against top-p's target: one pass, two cluster
+// barriers); a rejected draw raises the pivot to its key and draws again among the tokens of B
+// above it. Each proposal set holds the kept set, so the accepted token follows the kept masses
+// (rejection sampling). After kPickRounds rejections the caller takes the exact threshold and the
+// Gumbel draw.
 #pragma once
 
 #include "cuda/sampling/gather_select.cuh"
@@ -68,13 +72,13 @@ __device__ __forceinline__ void group_masses(int g, int n, const Token4& token4,
   for (int j = 0; j < 4; ++j) w[j] = 4 * g + j < n && match(bin[j], key[j]) ? mass_of(s[j]) : 0ull;
 }
 
-// This CTA's token at mass position pos among its tokens with match(bin, key), in index order (pos
-// below their mass, taken from the same masses): its local index, for every thread. Each warp
+// This CTA's token at mass position pos in index order, the masses of tokens 4g .. 4g + 3 given by
+// mass4(g, w) (pos below their total): its local index, for every thread. Each warp
 // sums a contiguous span of the chunk in up to 32 segments (one 32-group step each while the span
 // holds at most 1024 groups); the warp whose span holds pos finds the segment by one scan of
 // its segments' sums and scans that segment again, 128 tokens a step.
-template <int kThreads, class Token4, class Match>
-__device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long long pos, Token4 token4, Match match) {
+template <int kThreads, class Mass4>
+__device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long long pos, Mass4 mass4) {
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int groups = (n + 3) / 4;
@@ -86,7 +90,7 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
   unsigned long long acc = 0;
   for (int it = 0; it < steps; ++it) {
     unsigned long long w[4];
-    group_masses(warp * span + 32 * it + lane, n, token4, match, w);
+    mass4(warp * span + 32 * it + lane, w);
     acc += w[0] + w[1] + w[2] + w[3];
     if (it % per_seg == per_seg - 1 || it == steps - 1) {
       if (__ballot_sync(~0u, acc != 0)) {
@@ -120,7 +124,7 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
     for (int it = sg * per_seg; it < min(steps, (sg + 1) * per_seg); ++it) {
       const int g0 = at * span + 32 * it;
       unsigned long long w[4];
-      group_masses(g0 + lane, n, token4, match, w);
+      mass4(g0 + lane, w);
       const unsigned long long sum = w[0] + w[1] + w[2] + w[3];
       if (__ballot_sync(~0u, sum != 0) == 0) continue;
       const unsigned long long in = warp_inclusive_scan(sum);
@@ -139,6 +143,40 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
   }
   __syncthreads();
   return sh.located;
+}
+
+// Draws the token of a row without top-k or top-p (no filter, or min-p alone) and writes it from
+// the CTA that holds it: R = the row's first pick word scaled to the kept tokens' total mass, a
+// position in their masses in index order. Each CTA sums its chunk's kept masses (mass4, as in
+// locate_token); every CTA reads its peers' sums, so all pick the same CTA, and only that one
+// scans its chunk. On the CTA's last row every CTA arrives at the exit barrier once the sums are
+// read, so the peers leave while the picked one scans.
+template <int kThreads, class Mass4>
+__device__ void draw_by_mass(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n, int64_t c0,
+                             const RowParams& q, Mass4 mass4, int32_t* out, bool last) {
+  unsigned long long mine = 0;
+  for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
+    unsigned long long w[4];
+    mass4(g, w);
+    mine += w[0] + w[1] + w[2] + w[3];
+  }
+  mine = block_sum(sh, mine);
+  const int pb = phase++ & 1;
+  if (threadIdx.x == 0) sh.part[pb] = mine;
+  cl.sync();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const unsigned long long v = lane < static_cast<int>(cl.num_blocks()) ? *cl.map_shared_rank(&sh.part[pb], lane) : 0ull;
+    const unsigned long long incl = warp_inclusive_scan(v);
+    const unsigned long long r = scale_word(pick_word(0, q.row_in_key, q.key0, q.key1), __shfl_sync(~0u, incl, 31));
+    if (lane == __ffs(__ballot_sync(~0u, r < incl)) - 1) sh.pick_rank = lane, sh.pick_pos = r - (incl - v);
+  }
+  __syncthreads();
+  if (last) arrive_early(&sh.arrived);
+  if (static_cast<int>(cl.block_rank()) == sh.pick_rank) {
+    const int i = locate_token(sh, n, sh.pick_pos, mass4);
+    if (threadIdx.x == 0) *out = static_cast<int32_t>(c0 + i);
+  }
 }
 
 // Draws a top-p-alone row's token (sh.dec_bin, dec_above, target and the cluster's and the CTAs'
@@ -164,8 +202,8 @@ __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& 
     const int at = sh.pick_rank;
     if (r < above && last) arrive_early(&sh.arrived);
     if (rank == at) {
-      const int i = locate_token(sh, n, sh.pick_pos, token4, [&](uint32_t b, uint32_t key) {
-        return b == bin && (r < above || key > pivot);
+      const int i = locate_token(sh, n, sh.pick_pos, [&](int g, unsigned long long(&w)[4]) {
+        group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return b == bin && (r < above || key > pivot); }, w);
       });
       if (r < above && threadIdx.x == 0) *out = static_cast<int32_t>(c0 + i);
       if (r >= above && threadIdx.x == 0) {
