@@ -141,10 +141,11 @@ CROSS_ENTROPY_BWD = FfiOp(
 _SAMPLE_OPERANDS = ("R,C", "N,*", "N", "N", "N", "N")  # logits, keys, temperature, top_k, top_p, log min_p
 
 
-def _sample(v2, name=None):
+def _sample(v2, name=None, filters=True):
+    operands = _SAMPLE_OPERANDS if filters else _SAMPLE_OPERANDS[:3] + ("N?", "N?") + _SAMPLE_OPERANDS[5:]
     return FfiOp(
         name=name or "jaxnorm_sample" + ("_v2" if v2 else ""),
-        operands=_SAMPLE_OPERANDS + (("C?", "N?", "N?") if v2 else ()),  # bias (f32), finished (bool), end_id
+        operands=operands + (("C?", "N?", "N?") if v2 else ()),  # bias (f32), finished (bool), end_id
         results=(("R", np.int32),),
         attrs=(),
         row_sharded=True,
@@ -168,6 +169,10 @@ SAMPLE, SAMPLE_V2, FILTER, FILTER_V2 = _sample(False), _sample(True), _filter(Fa
 # sample_v2 for calls whose top_k is given (FFI version 5): the CUDA handler may then take the
 # sampler's one-read top-k kernel, which rows without top-k would only slow down.
 SAMPLE_WITH_TOP_K = _sample(True, "jaxnorm_sample_with_top_k")
+# sample_v2 for calls with neither top_k nor top_p (FFI version 6): their top_k and top_p operands
+# are absent, so the CUDA handler knows every row's kept set follows from its maximum and may hold
+# the rows in registers (ffi_src/cuda/sampling/mass_rows.cuh).
+SAMPLE_BY_MASS = _sample(True, "jaxnorm_sample_by_mass", filters=False)
 TOP_K = FfiOp(
     name="jaxnorm_top_k",
     operands=("R,C",),
@@ -308,6 +313,7 @@ cross_entropy_bwd_p = make_primitive(CROSS_ENTROPY_BWD)
 sample_v1_p = make_primitive(SAMPLE)  # artifacts before FFI version 4 only
 sample_p = make_primitive(SAMPLE_V2)
 sample_with_top_k_p = make_primitive(SAMPLE_WITH_TOP_K)
+sample_by_mass_p = make_primitive(SAMPLE_BY_MASS)
 filter_v1_p = make_primitive(FILTER)  # artifacts before FFI version 4 only
 filter_p = make_primitive(FILTER_V2)
 top_k_p = make_primitive(TOP_K)

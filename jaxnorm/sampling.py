@@ -69,7 +69,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxnorm import _checks
-from jaxnorm._ops import filter_p, sample_p, sample_with_top_k_p, top_k_p
+from jaxnorm._ops import filter_p, sample_by_mass_p, sample_p, sample_with_top_k_p, top_k_p
 from jaxnorm._primitive import empty_placeholder
 
 # The largest k the top_k kernel takes (its candidates are sorted in one CTA's shared memory).
@@ -123,12 +123,18 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
     if x.shape[0] == 0:
         return jnp.zeros(batch, jnp.int32)
     # Calls that give top_k (other than a Python 0) lower to the target whose CUDA handler may take
-    # the one-read top-k kernel. Rows without top-k there read the row twice from global memory
-    # (no copy): for calls without any filter or with min-p alone that lost to the general kernel's
-    # copy except at float32 64 x 128256 (h100-sampling.md, 7f43dd6). Integer tokens: no gradient.
-    with_k = top_k is not None and not (isinstance(top_k, (int, np.integer)) and top_k == 0)
-    prim = sample_with_top_k_p if with_k else sample_p
-    (tokens,) = prim.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp, b, fin, eid)
+    # the one-read top-k kernel; calls with neither top_k nor top_p to the one without those
+    # operands, whose CUDA handler may hold rows in registers (every row's kept set follows from its
+    # maximum); the rest (top-p) to sample_v2. The same tokens on every target. Integer tokens: no
+    # gradient.
+    with_k = not _off(top_k, 0)
+    if with_k:
+        (tokens,) = sample_with_top_k_p.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp, b, fin, eid)
+    elif _off(top_p, 1.0):
+        none_i, none_f = empty_placeholder(jnp.int32), empty_placeholder(jnp.float32)
+        (tokens,) = sample_by_mass_p.bind(jax.lax.stop_gradient(x), keys, temps, none_i, none_f, lmp, b, fin, eid)
+    else:
+        (tokens,) = sample_p.bind(jax.lax.stop_gradient(x), keys, temps, k, p, lmp, b, fin, eid)
     return tokens.reshape(batch)
 
 
@@ -239,6 +245,12 @@ def _key_rows(key, batch, fn):
     raise ValueError(
         f"{fn}: `key` must be one key or one key per row (key shape {batch}), got keys of shape {kshape}"
     )
+
+
+def _off(value, off):
+    """Whether a filter argument is statically off: None, or the Python number that means off."""
+    return value is None or (isinstance(value, (int, float, np.integer, np.floating))
+                             and not isinstance(value, (bool, np.bool_)) and value == off)
 
 
 def _per_row(value, batch, fn, name, default, dtype, check):

@@ -106,6 +106,8 @@ def _sampling(a):
                                            row(np.log(0.05), jnp.float32))
     return {"tokens": jaxnorm.sample(a["key"], logits, temperature=0.8, top_k=10, top_p=0.9),
             "tokens_per_request": per_request,
+            # neither top_k nor top_p: the target without them (FFI version 6)
+            "tokens_by_mass": jaxnorm.sample(a["key"], logits, temperature=0.7, min_p=0.05, finished=finished, end_id=2),
             "tokens_updated": updated, "tokens_v1": tokens_v1, "filtered_v1": filtered_v1,
             "filtered": jaxnorm.filter_logits(logits, top_k=5, min_p=0.05, bias=a["vocab_bias"]),
             "top_k_values": values, "top_k_indices": indices}

@@ -600,6 +600,36 @@ def test_one_read_top_k_draws_the_general_paths_tokens(dtype, vocab, rng, monkey
             assert np.all(got[5] == -1) and got[4] == 7
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("vocab", [96, 701, 40000, pytest.param(128256, marks=pytest.mark.wide),
+                                   pytest.param(151936, marks=pytest.mark.wide)])
+def test_by_mass_kernel_draws_the_general_kernels_tokens(dtype, vocab, rng, monkeypatch):
+    """Bit for bit on a GPU: calls with neither top_k nor top_p (jaxnorm_sample_by_mass), the
+    register-held kernel (mass_rows.cuh: rows of whole 16-byte packs) against the general kernel
+    (JAXNORM_SAMPLING_BY_MASS=0), with and without an output bias and finished rows, min-p,
+    per-row temperatures with greedy rows, special rows (ties, NaN, +-inf), batches that spread
+    rows over 1-16 CTAs, and rows that hold 16 or 32 tokens a thread (151936). On the CPU the
+    switch does nothing."""
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    bias = logits_of(rng, (vocab,), F32, scale=0.5)
+    for rows in (1, 8, 64, 200):
+        x = logits_of(rng, (rows, vocab), DTYPES[dtype])
+        if rows >= 8:
+            x = x.at[:8].set(_special_rows(rng, vocab, DTYPES[dtype]))
+        temps = jnp.asarray(np.where(rng.random(rows) < 0.3, 0.0, rng.uniform(0.3, 2.0, rows)), F32)
+        fin = jnp.asarray(rng.random(rows) < 0.3)
+        cases = [dict(), dict(min_p=0.05), dict(temperature=temps), dict(temperature=temps, min_p=0.2),
+                 dict(bias=bias), dict(bias=bias, min_p=0.1, finished=fin, end_id=3)]
+        for kw in cases:
+            monkeypatch.setenv("JAXNORM_SAMPLING_BY_MASS", "0")
+            want = np.asarray(jaxnorm.sample(key, x, **kw))
+            monkeypatch.delenv("JAXNORM_SAMPLING_BY_MASS")
+            got = np.asarray(jaxnorm.sample(key, x, **kw))
+            np.testing.assert_array_equal(got, want, err_msg=f"{rows} rows, {sorted(kw)}")
+            if rows >= 8 and "finished" not in kw:
+                assert np.all(got[5] == -1) and got[4] == 7
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kw", [dict(), dict(top_k=6), dict(top_p=0.7), dict(temperature=0.6, min_p=0.05)], ids=str)
 def test_bias_frequencies(dtype, kw, rng):
@@ -821,11 +851,16 @@ def test_lowered_hlo_holds_the_custom_calls(rng):
     bias, fin = logits_of(rng, (100,), F32), jnp.array([True, False, False, True])
     hlo = lambda f, *a: jax.jit(f).lower(*a).as_text()  # noqa: E731
     # the versioned targets only (FFI version 4): the first versions are kept for old artifacts;
-    # calls with top_k lower to jaxnorm_sample_with_top_k (FFI version 5)
+    # calls with top_k lower to jaxnorm_sample_with_top_k (FFI version 5), calls with neither
+    # top_k nor top_p to jaxnorm_sample_by_mass (FFI version 6)
     for text in (hlo(lambda k, x: jaxnorm.sample(k, x, top_k=0, top_p=0.5), key, x),
-                 hlo(lambda k, x: jaxnorm.sample(k, x, bias=bias, finished=fin, end_id=2), key, x)):
+                 hlo(lambda k, x: jaxnorm.sample(k, x, top_p=jnp.full(4, 0.5), bias=bias), key, x)):
         assert "@jaxnorm_sample_v2(" in text and "@jaxnorm_sample(" not in text
-        assert "@jaxnorm_sample_with_top_k(" not in text
+        assert "@jaxnorm_sample_with_top_k(" not in text and "@jaxnorm_sample_by_mass(" not in text
+    for text in (hlo(lambda k, x: jaxnorm.sample(k, x), key, x),
+                 hlo(lambda k, x: jaxnorm.sample(k, x, top_k=0, top_p=1.0, min_p=0.1, temperature=0.5), key, x),
+                 hlo(lambda k, x: jaxnorm.sample(k, x, bias=bias, finished=fin, end_id=2), key, x)):
+        assert "@jaxnorm_sample_by_mass(" in text and "@jaxnorm_sample_v2(" not in text
     for text in (hlo(lambda k, x: jaxnorm.sample(k, x, top_k=5), key, x),
                  hlo(lambda k, x: jaxnorm.sample(k, x, top_k=5, bias=bias), key, x),
                  hlo(lambda k, x: jaxnorm.sample(k, x, top_k=jnp.arange(4), finished=fin, end_id=2), key, x)):

@@ -457,18 +457,24 @@ struct LogitsUpdate {
   const ffi::AnyBuffer* end_id = nullptr;
 };
 
+// `filters`: false for jaxnorm_sample_by_mass, whose top_k and top_p must be absent (0,) placeholders
+// (left null: no row has either filter).
 inline ffi::Error sampling_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffer* keys,
                                     const ffi::AnyBuffer* temps, const ffi::AnyBuffer& top_k,
                                     const ffi::AnyBuffer& top_p, const ffi::AnyBuffer& log_min_p,
-                                    SamplingOperands* o, LogitsUpdate u = {}) {
+                                    SamplingOperands* o, LogitsUpdate u = {}, bool filters = true) {
   JN_RETURN_IF_ERROR(rows_of(x, "logits", &o->shape));
   const int64_t rows = o->shape.rows;
   o->has_keys = keys != nullptr;
   o->has_temps = temps != nullptr;
   if (keys) JN_RETURN_IF_ERROR(grouped(*keys, ffi::DataType::U32, rows, "keys", &o->keys));
   if (temps) JN_RETURN_IF_ERROR(grouped(*temps, ffi::DataType::F32, rows, "temperature", &o->temps));
-  JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, rows, "top_k", &o->top_k));
-  JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, rows, "top_p", &o->top_p));
+  if (filters) {
+    JN_RETURN_IF_ERROR(grouped(top_k, ffi::DataType::S32, rows, "top_k", &o->top_k));
+    JN_RETURN_IF_ERROR(grouped(top_p, ffi::DataType::F32, rows, "top_p", &o->top_p));
+  } else if (top_k.element_count() != 0 || top_p.element_count() != 0) {
+    return ffi::Error::InvalidArgument("jaxnorm: jaxnorm_sample_by_mass takes no top_k or top_p (pass (0,) placeholders)");
+  }
   JN_RETURN_IF_ERROR(grouped(log_min_p, ffi::DataType::F32, rows, "min_p", &o->log_min_p));
   if (u.bias && u.bias->element_count() > 0) {
     JN_RETURN_IF_ERROR(check_dtype(*u.bias, ffi::DataType::F32, "bias"));

@@ -15,6 +15,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleV2Cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleByMassCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCpu);
@@ -45,6 +46,7 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCpu);
     JN_REGISTER(d, "jaxnorm_sample_v2", JaxnormSampleV2Cpu);
     JN_REGISTER(d, "jaxnorm_sample_with_top_k", JaxnormSampleV2Cpu);  // one CPU sampler for both
+    JN_REGISTER(d, "jaxnorm_sample_by_mass", JaxnormSampleByMassCpu);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCpu);
     JN_REGISTER(d, "jaxnorm_filter_v2", JaxnormFilterV2Cpu);
     JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCpu);

@@ -220,6 +220,15 @@ ffi::Error SampleV2Cpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer ke
   return sample_rows(pool, x, o, tokens);
 }
 
+ffi::Error SampleByMassCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                           ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
+                           ffi::AnyBuffer finished, ffi::AnyBuffer end_id, ffi::Result<ffi::AnyBuffer> tokens) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id},
+                                       /*filters=*/false));
+  return sample_rows(pool, x, o, tokens);
+}
+
 ffi::Error filter_rows(ffi::ThreadPool& pool, const ffi::AnyBuffer& x, const SamplingOperands& o,
                        ffi::Result<ffi::AnyBuffer>& filtered) {
   const Rows s = o.shape;
@@ -288,6 +297,8 @@ ffi::Error TopKCpu(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleCpu, SampleCpu, sample_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleV2Cpu, SampleV2Cpu,
+                              sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleByMassCpu, SampleByMassCpu,
                               sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCpu, FilterCpu, filter_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterV2Cpu, FilterV2Cpu,

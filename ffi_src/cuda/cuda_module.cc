@@ -18,6 +18,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleV2Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleWithTopKCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleByMassCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormFilterV2Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormTopKCuda);
@@ -48,6 +49,7 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCuda);
     JN_REGISTER(d, "jaxnorm_sample_v2", JaxnormSampleV2Cuda);
     JN_REGISTER(d, "jaxnorm_sample_with_top_k", JaxnormSampleWithTopKCuda);
+    JN_REGISTER(d, "jaxnorm_sample_by_mass", JaxnormSampleByMassCuda);
     JN_REGISTER(d, "jaxnorm_filter", JaxnormFilterCuda);
     JN_REGISTER(d, "jaxnorm_filter_v2", JaxnormFilterV2Cuda);
     JN_REGISTER(d, "jaxnorm_top_k", JaxnormTopKCuda);

@@ -1,4 +1,5 @@
-// CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh).
+// CUDA handlers of the sampling family: sample, filter, top_k (kernels in row_select.cuh; the
+// register-held sampler of jaxnorm_sample_by_mass in mass_rows.cuh).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -7,6 +8,7 @@
 
 #include "common/signatures.h"
 #include "cuda/launch.cuh"
+#include "cuda/sampling/mass_rows.h"
 #include "cuda/sampling/row_select.cuh"
 
 namespace jaxnorm {
@@ -308,6 +310,34 @@ ffi::Error SampleV2Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer ke
   return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample", kWithTopK);
 }
 
+// JAXNORM_SAMPLING_BY_MASS=0: jaxnorm_sample_by_mass's rows take the general kernel (read at each
+// call, so a test can hold both kernels to the same tokens).
+bool by_mass_off() {
+  const char* v = std::getenv("JAXNORM_SAMPLING_BY_MASS");
+  return v != nullptr && v[0] == '0';
+}
+
+// Calls with neither top-k nor top-p: every row's kept set follows from its maximum, so rows that
+// fit it take the register-held kernel (mass_rows.cuh), the others the general one.
+ffi::Error SampleByMassCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer keys, ffi::AnyBuffer temps,
+                            ffi::AnyBuffer top_k, ffi::AnyBuffer top_p, ffi::AnyBuffer log_min_p, ffi::AnyBuffer bias,
+                            ffi::AnyBuffer finished, ffi::AnyBuffer end_id, ffi::Result<ffi::AnyBuffer> tokens) {
+  SamplingOperands o;
+  JN_RETURN_IF_ERROR(sampling_operands(x, &keys, &temps, top_k, top_p, log_min_p, &o, {&bias, &finished, &end_id},
+                                       /*filters=*/false));
+  if (!by_mass_off()) {
+    bool launched = false;
+    ffi::Error e = dispatch_float<CudaTypes>(x.element_type(), "logits", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const SelectArgs<T> a = select_args<T>(x, o, tokens->untyped_data());
+      return o.bias ? launch_mass_rows<T, true>(stream, a, "sample", &launched)
+                    : launch_mass_rows<T, false>(stream, a, "sample", &launched);
+    });
+    if (e.failure() || launched) return e;
+  }
+  return launch_sampling<kSample>(stream, x, o, tokens->untyped_data(), "sample");
+}
+
 ffi::Error FilterCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
                       ffi::AnyBuffer log_min_p, ffi::Result<ffi::AnyBuffer> filtered) {
   SamplingOperands o;
@@ -356,6 +386,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleV2Cuda, SampleV2Cuda<false>,
                               sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleWithTopKCuda, SampleV2Cuda<true>,
+                              sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormSampleByMassCuda, SampleByMassCuda,
                               sample_v2_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormFilterCuda, FilterCuda,

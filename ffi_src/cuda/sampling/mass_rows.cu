@@ -1,0 +1,60 @@
+// The register-held sampler's launch plan (kernel in mass_rows.cuh).
+#include <algorithm>
+
+#include "cuda/launch.cuh"
+#include "cuda/sampling/mass_rows.cuh"
+#include "cuda/sampling/mass_rows.h"
+
+namespace jaxnorm {
+namespace sampling {
+namespace {
+
+// Tokens a thread holds: up to 16 at 2 CTAs an SM; up to 32 at one CTA an SM (mass_rows.cuh), only
+// for rows that 16 CTAs of 16 cannot hold. 16-bit rows with a bias are held as float sums: 16 at
+// most.
+constexpr int kHeld = 16;
+template <class T, bool kBias>
+constexpr int kMaxHeld = sizeof(T) == 2 && kBias ? 16 : 32;
+
+template <class T, bool kBias, int kPacks>
+ffi::Error run(cudaStream_t stream, const SelectArgs<T>& a, int cluster, const char* what) {
+  const dim3 grid(cluster, static_cast<unsigned>(std::min<int64_t>(a.rows, 65535)));
+  return launch(mass_rows<T, kMassThreads, kPacks, kBias>, grid, dim3(kMassThreads), cluster, stream, what, a);
+}
+
+}  // namespace
+
+// The plan: the fewest CTAs a row whose threads hold it (8 K tokens a CTA, else 16 K), spread while
+// the batch leaves SMs idle (one CTA an SM: a thread's share of the row, and so its chain of loads,
+// exps and adds, shrinks), then the fewest packs a thread that hold a chunk.
+template <class T, bool kBias>
+ffi::Error launch_mass_rows(cudaStream_t stream, SelectArgs<T> a, const char* what, bool* launched) {
+  constexpr int64_t N = kVecOf<T>;
+  *launched = false;
+  if (a.cols * static_cast<int64_t>(sizeof(T)) % 16 != 0) return ffi::Error::Success();
+  int cluster = static_cast<int>(ceil_div(a.cols, int64_t{kMassThreads} * kHeld));
+  if (cluster > kMaxCluster) cluster = static_cast<int>(ceil_div(a.cols, int64_t{kMassThreads} * kMaxHeld<T, kBias>));
+  if (cluster > kMaxCluster) return ffi::Error::Success();
+  while (cluster < kMaxCluster && a.rows * (cluster + 1) <= device_facts().sms) ++cluster;
+  a.chunk = ceil_div(ceil_div(a.cols, int64_t{cluster}), N) * N;
+  const int64_t packs = ceil_div(a.chunk, kMassThreads * N);
+  *launched = true;
+  if (packs <= 1) return run<T, kBias, 1>(stream, a, cluster, what);
+  if (packs <= 2) return run<T, kBias, 2>(stream, a, cluster, what);
+  if constexpr (kMaxHeld<T, kBias> / N >= 4) {
+    if (packs <= 4) return run<T, kBias, 4>(stream, a, cluster, what);
+  }
+  if constexpr (kMaxHeld<T, kBias> / N >= 8) return run<T, kBias, 8>(stream, a, cluster, what);
+  return ffi::Error::Internal("jaxnorm: mass_rows plan past its packs");
+}
+
+#define JN_MASS_ROWS(T)                                                                                       \
+  template ffi::Error launch_mass_rows<T, false>(cudaStream_t, SelectArgs<T>, const char*, bool*); \
+  template ffi::Error launch_mass_rows<T, true>(cudaStream_t, SelectArgs<T>, const char*, bool*);
+JN_MASS_ROWS(float)
+JN_MASS_ROWS(__nv_bfloat16)
+JN_MASS_ROWS(__half)
+#undef JN_MASS_ROWS
+
+}  // namespace sampling
+}  // namespace jaxnorm

@@ -1,0 +1,207 @@
+// The sampler of rows whose kept set is known once the maximum is (no top-k or top-p: no filter,
+// temperature, min-p; greedy rows too), with each thread's share of the row held in registers:
+// one read of the row, two cluster exchanges (the maximum, then the masses or the argmax), and the
+// picked CTA's scan of its own registers. It draws what draw_by_mass (inverse_draw.cuh) draws,
+// token for token: the same fixed-point masses of the same s, in index order, and the same word.
+// The general kernel (row_select.cuh) copies the row into shared memory and reads the copy twice,
+// a row's cluster waiting out each pass; here nothing is copied and the chain after the read is
+// two barriers and one warp's scan.
+#pragma once
+
+#include "cuda/sampling/gather_select.cuh"
+
+namespace jaxnorm {
+namespace sampling {
+
+constexpr int kMassThreads = 512;
+
+template <int kThreads>
+struct MassShared {
+  static constexpr int kWarps = kThreads / 32;
+  float wmax[kWarps];
+  unsigned long long wsum[kWarps];  // this row's warp sums (masses), or warp minima (argmax index)
+  float cmax[2];                    // this CTA's maximum, for its peers (by exchange parity)
+  unsigned long long csum[2];       // this CTA's mass or argmax index, for its peers
+  bool arrived;                     // at the exit barrier, early (see arrive_early)
+};
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(~0u, v, o));
+  return v;
+}
+
+// Lane l of warp w holds packs w * 32 * kPacks + 32 j + l (j < kPacks) of its CTA's chunk: each
+// load a warp issues is 512 contiguous bytes, and a warp's span is contiguous, so index order is
+// (warp, j, lane, element) and the picked warp finds the token by one scan a j.
+// 16-bit rows without a bias are held as loaded (half the registers of floats). Up to 16 tokens a
+// thread, 2 CTAs an SM (64 registers, no spills: ptxas); 32 tokens spilled 76-98 bytes at 64
+// registers, so those instances take one CTA an SM.
+template <class T, int kThreads, int kPacks, bool kBias>
+__global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mass_rows(const SelectArgs<T> a) {
+  constexpr int N = kVecOf<T>;
+  constexpr bool kRaw = sizeof(T) == 2 && !kBias;
+  constexpr int kWarps = kThreads / 32;
+  __shared__ MassShared<kThreads> sh;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int rank = static_cast<int>(cl.block_rank());
+  const int peers = static_cast<int>(cl.num_blocks());
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t c0 = min(a.cols, rank * a.chunk);
+  const int n = static_cast<int>(min(a.chunk, a.cols - c0));  // a multiple of N (rows of whole packs)
+  const int pack0 = warp * 32 * kPacks + lane;
+  auto col_of = [&](int j, int e) { return (pack0 + 32 * j) * N + e; };
+  if (threadIdx.x == 0) sh.arrived = false;
+  int phase = 0;
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    const bool last = r + gridDim.y >= a.rows;
+    int32_t* out = static_cast<int32_t*>(a.out) + r;
+    int32_t forced;
+    if (forced_token(r, a.rows, a.finished, a.n_fin, a.end_id, a.n_end, &forced)) {
+      if (rank == 0 && threadIdx.x == 0) *out = forced;
+      continue;
+    }
+    const T* grow = a.x + r * a.cols + c0;
+    Pack<T, N> raw[kRaw ? kPacks : 1];
+    float held[kRaw ? 1 : kPacks][N];
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      const int col = col_of(j, 0);
+      Pack<T, N> pk;
+      if (col < n) {
+        pk = load_raw_nc<T, N>(grow + col);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) pk.v[e] = from_float<T>(-INFINITY);
+      }
+      if constexpr (kRaw) {
+        raw[j] = pk;
+      } else {
+        unpack(pk, held[j]);
+        if constexpr (kBias) {
+          if (col < n) {
+            float b[N];
+            load_pack<float, N>(a.bias + c0 + col, b);
+#pragma unroll
+            for (int e = 0; e < N; ++e) held[j][e] += b[e];
+          }
+        }
+      }
+    }
+    // Token (j, e)'s logit (the bias added): every use of it reads the same float.
+    auto x = [&](int j, int e) {
+      if constexpr (kRaw) {
+        return to_float(raw[j].v[e]);
+      } else {
+        return held[j][e];
+      }
+    };
+    const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
+                                   a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
+    // The row's maximum: warp, block, then each warp reads its peers' (a lane a peer).
+    float v = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) v = fmaxf(v, sampling_value(x(j, e), false));
+    }
+    v = warp_max(v);
+    if (lane == 0) sh.wmax[warp] = v;
+    __syncthreads();
+    const int bm = phase++ & 1;
+    if (threadIdx.x == 0) {
+      float m = sh.wmax[0];
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.wmax[w]);
+      sh.cmax[bm] = m;
+    }
+    cl.sync();
+    float m = warp_max(lane < peers ? *cl.map_shared_rank(&sh.cmax[bm], lane) : -INFINITY);
+    if (m == -INFINITY) {  // no token of positive probability
+      if (rank == 0 && threadIdx.x == 0) *out = -1;
+      continue;
+    }
+    const bool inf_row = m == INFINITY;
+    if (inf_row) m = 0.0f;
+    // Greedy: the lowest index of the maximum. Else this thread's kept masses, the same s and
+    // integers as draw_by_mass.
+    auto mass = [&](float xv) {
+      const float s = (sampling_value(xv, inf_row) - m) * q.inv_t;
+      return s >= q.log_min_p ? mass_of(s) : 0ull;
+    };
+    unsigned long long mine = q.greedy ? ~0ull : 0ull;
+#pragma unroll
+    for (int j = kPacks - 1; j >= 0; --j) {
+#pragma unroll
+      for (int e = N - 1; e >= 0; --e) {
+        if (q.greedy) {
+          if (sampling_value(x(j, e), inf_row) == m) mine = static_cast<unsigned long long>(c0 + col_of(j, e));
+        } else {
+          mine += mass(x(j, e));
+        }
+      }
+    }
+    const unsigned long long wv = q.greedy ? warp_min(mine) : warp_sum(mine);
+    if (lane == 0) sh.wsum[warp] = wv;
+    __syncthreads();
+    const int bs = phase++ & 1;
+    if (threadIdx.x == 0) {
+      unsigned long long t = sh.wsum[0];
+      for (int w = 1; w < kWarps; ++w) t = q.greedy ? min(t, sh.wsum[w]) : t + sh.wsum[w];
+      sh.csum[bs] = t;
+    }
+    cl.sync();
+    const unsigned long long pv = lane < peers ? *cl.map_shared_rank(&sh.csum[bs], lane) : (q.greedy ? ~0ull : 0ull);
+    if (last) arrive_early(&sh.arrived);  // no peer's shared memory is read after this
+    if (q.greedy) {
+      const unsigned long long t = warp_min(pv);
+      if (rank == 0 && threadIdx.x == 0) *out = static_cast<int32_t>(t);
+      continue;
+    }
+    // The draw: the CTA whose share of the total holds R, then its warp, then the token.
+    const unsigned long long incl = warp_inclusive_scan(pv);
+    const unsigned long long rr =
+        scale_word(pick_word(0, q.row_in_key, q.key0, q.key1), __shfl_sync(~0u, incl, 31));
+    const int at = __ffs(__ballot_sync(~0u, rr < incl)) - 1;
+    if (rank != at) continue;
+    unsigned long long pos = rr - __shfl_sync(~0u, incl - pv, at);
+    int w = 0;
+    while (w < kWarps - 1 && pos >= sh.wsum[w]) pos -= sh.wsum[w++];
+    if (warp != w) continue;
+    bool done = false;  // warp-uniform: no break, so that every x(j, e) keeps its register
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (done) continue;
+      unsigned long long pm = 0;
+#pragma unroll
+      for (int e = 0; e < N; ++e) pm += mass(x(j, e));
+      const unsigned long long in = warp_inclusive_scan(pm);
+      const unsigned hit = __ballot_sync(~0u, pos < in);
+      if (hit) {
+        if (lane == __ffs(hit) - 1) {
+          unsigned long long acc = in - pm;
+          int at_e = N - 1;
+          bool found = false;
+#pragma unroll
+          for (int e = 0; e < N; ++e) {  // the first e whose running mass passes pos
+            acc += mass(x(j, e));
+            if (!found && pos < acc) found = true, at_e = e;
+          }
+          *out = static_cast<int32_t>(c0 + col_of(j, at_e));
+        }
+        done = true;
+      } else {
+        pos -= __shfl_sync(~0u, in, 31);
+      }
+    }
+  }
+  // No CTA leaves while a peer may still read its shared memory.
+  if (!sh.arrived) cluster_arrive();
+  cluster_wait();
+}
+
+}  // namespace sampling
+}  // namespace jaxnorm
