@@ -145,15 +145,11 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
   return sh.located;
 }
 
-// Draws the token of a row without top-k or top-p (no filter, or min-p alone) and writes it from
-// the CTA that holds it: R = the row's first pick word scaled to the kept tokens' total mass, a
-// position in their masses in index order. Each CTA sums its chunk's kept masses (mass4, as in
-// locate_token); every CTA reads its peers' sums, so all pick the same CTA, and only that one
-// scans its chunk. On the CTA's last row every CTA arrives at the exit barrier once the sums are
-// read, so the peers leave while the picked one scans.
+// This CTA's total of mass4 (as in locate_token) over its chunk, in sh.part for its peers once the
+// cluster barrier returns; returns that buffer's parity.
 template <int kThreads, class Mass4>
-__device__ void draw_by_mass(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n, int64_t c0,
-                             const RowParams& q, Mass4 mass4, int32_t* out, bool last) {
+__device__ int publish_chunk_mass(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
+                                  Mass4 mass4) {
   unsigned long long mine = 0;
   for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
     unsigned long long w[4];
@@ -164,6 +160,19 @@ __device__ void draw_by_mass(const cg::cluster_group& cl, SelectShared<kThreads>
   const int pb = phase++ & 1;
   if (threadIdx.x == 0) sh.part[pb] = mine;
   cl.sync();
+  return pb;
+}
+
+// Draws the token of a row without top-k or top-p (no filter, or min-p alone) and writes it from
+// the CTA that holds it: R = the row's first pick word scaled to the kept tokens' total mass, a
+// position in their masses in index order. Each CTA sums its chunk's kept masses (mass4); every
+// CTA reads its peers' sums, so all pick the same CTA, and only that one
+// scans its chunk. On the CTA's last row every CTA arrives at the exit barrier once the sums are
+// read, so the peers leave while the picked one scans.
+template <int kThreads, class Mass4>
+__device__ void draw_by_mass(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n, int64_t c0,
+                             const RowParams& q, Mass4 mass4, int32_t* out, bool last) {
+  const int pb = publish_chunk_mass(cl, sh, phase, n, mass4);
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     const unsigned long long v = lane < static_cast<int>(cl.num_blocks()) ? *cl.map_shared_rank(&sh.part[pb], lane) : 0ull;
@@ -217,16 +226,9 @@ __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& 
     // The test: is the mass of the values strictly above the drawn one below the target?
     cl.sync();
     const uint32_t drawn_key = *cl.map_shared_rank(&sh.pick_key, at);
-    unsigned long long mine = 0;
-    for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
-      unsigned long long w[4];
+    const int pb = publish_chunk_mass(cl, sh, phase, n, [&](int g, unsigned long long(&w)[4]) {
       group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return b == bound && key > drawn_key; }, w);
-      mine += w[0] + w[1] + w[2] + w[3];
-    }
-    mine = block_sum(sh, mine);
-    const int pb = phase++ & 1;
-    if (threadIdx.x == 0) sh.part[pb] = mine;
-    cl.sync();
+    });
     if (threadIdx.x < 32) {
       const unsigned long long v =
           threadIdx.x < cl.num_blocks() ? *cl.map_shared_rank(&sh.part[pb], threadIdx.x) : 0ull;
