@@ -10,11 +10,11 @@ namespace sampling {
 namespace {
 
 // Tokens a thread holds: up to 16 at 2 CTAs an SM; up to 32 at one CTA an SM (mass_rows.cuh), only
-// for rows that 16 CTAs of 16 cannot hold. 16-bit rows with a bias are held as float sums: 16 at
-// most.
+// for rows that 16 CTAs of 16 cannot hold, and without a bias (16-bit rows would hold float sums;
+// float32's bias loads spilled 68 bytes at 128 registers: ptxas).
 constexpr int kHeld = 16;
-template <class T, bool kBias>
-constexpr int kMaxHeld = sizeof(T) == 2 && kBias ? 16 : 32;
+template <bool kBias>
+constexpr int kMaxHeld = kBias ? 16 : 32;
 
 template <class T, bool kBias, int kPacks>
 ffi::Error run(cudaStream_t stream, const SelectArgs<T>& a, int cluster, const char* what) {
@@ -24,27 +24,39 @@ ffi::Error run(cudaStream_t stream, const SelectArgs<T>& a, int cluster, const c
 
 }  // namespace
 
-// The plan: the fewest CTAs a row whose threads hold it (8 K tokens a CTA, else 16 K), spread while
-// the batch leaves SMs idle (one CTA an SM: a thread's share of the row, and so its chain of loads,
-// exps and adds, shrinks), then the fewest packs a thread that hold a chunk.
+// The plan: the fewest CTAs a row whose threads hold it (8 K tokens a CTA, else 16 K), taken only
+// where every row's CTAs start at once, one an SM (a quarter of the SMs for 16 K a CTA: one CTA an
+// SM there). Each CTA holds its SM through the row's whole chain (the read, two cluster exchanges,
+// the scan), so rows that queue wait out the chains of the rows before them; the general kernel,
+// 2-3 CTAs an SM overlapping their copies, was faster there. Same-call A/B, general / this kernel
+// (h100-sampling.md, ff78c98; no filter and min-p 0.1, device time): at 1-8 rows 0.74-0.95x the
+// time (32000, 128256 columns; 256000 at 1 row), at 8 x 256000 1.02-1.11x, 64 x 32000 0.97-1.10x,
+// 64-256 x 128256 1.13-1.89x. Then spread while the batch leaves SMs idle (a thread's share of the
+// row, and so its chain of loads, exps and adds, shrinks), and the fewest packs a thread that hold
+// a chunk.
 template <class T, bool kBias>
 ffi::Error launch_mass_rows(cudaStream_t stream, SelectArgs<T> a, const char* what, bool* launched) {
   constexpr int64_t N = kVecOf<T>;
   *launched = false;
   if (a.cols * static_cast<int64_t>(sizeof(T)) % 16 != 0) return ffi::Error::Success();
+  const int64_t sms = device_facts().sms;
   int cluster = static_cast<int>(ceil_div(a.cols, int64_t{kMassThreads} * kHeld));
-  if (cluster > kMaxCluster) cluster = static_cast<int>(ceil_div(a.cols, int64_t{kMassThreads} * kMaxHeld<T, kBias>));
-  if (cluster > kMaxCluster) return ffi::Error::Success();
-  while (cluster < kMaxCluster && a.rows * (cluster + 1) <= device_facts().sms) ++cluster;
+  int64_t slots = sms;
+  if (cluster > kMaxCluster) {
+    cluster = static_cast<int>(ceil_div(a.cols, int64_t{kMassThreads} * kMaxHeld<kBias>));
+    slots = sms / 4;
+  }
+  if (cluster > kMaxCluster || a.rows * cluster > slots) return ffi::Error::Success();
+  while (cluster < kMaxCluster && a.rows * (cluster + 1) <= sms) ++cluster;
   a.chunk = ceil_div(ceil_div(a.cols, int64_t{cluster}), N) * N;
   const int64_t packs = ceil_div(a.chunk, kMassThreads * N);
   *launched = true;
   if (packs <= 1) return run<T, kBias, 1>(stream, a, cluster, what);
   if (packs <= 2) return run<T, kBias, 2>(stream, a, cluster, what);
-  if constexpr (kMaxHeld<T, kBias> / N >= 4) {
+  if constexpr (kMaxHeld<kBias> / N >= 4) {
     if (packs <= 4) return run<T, kBias, 4>(stream, a, cluster, what);
   }
-  if constexpr (kMaxHeld<T, kBias> / N >= 8) return run<T, kBias, 8>(stream, a, cluster, what);
+  if constexpr (kMaxHeld<kBias> / N >= 8) return run<T, kBias, 8>(stream, a, cluster, what);
   return ffi::Error::Internal("jaxnorm: mass_rows plan past its packs");
 }
 

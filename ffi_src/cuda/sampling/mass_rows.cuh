@@ -35,9 +35,9 @@ __device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
   return v;
 }
 
-// Lane l of warp w holds packs w * 32 * kPacks + 32 j + l (j < kPacks) of its CTA's chunk: each
-// load a warp issues is 512 contiguous bytes, and a warp's span is contiguous, so index order is
-// (warp, j, lane, element) and the picked warp finds the token by one scan a j.
+// Thread t holds packs t * kPacks .. t * kPacks + kPacks - 1 of its CTA's chunk: index order is
+// thread order, so the picked CTA finds the token by a scan of its warp sums, one of its picked
+// warp's thread sums, and the picked thread's walk over its own registers.
 // 16-bit rows without a bias are held as loaded (half the registers of floats). Up to 16 tokens a
 // thread, 2 CTAs an SM (64 registers, no spills: ptxas); 32 tokens spilled 76-98 bytes at 64
 // registers, so those instances take one CTA an SM.
@@ -53,8 +53,7 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t c0 = min(a.cols, rank * a.chunk);
   const int n = static_cast<int>(min(a.chunk, a.cols - c0));  // a multiple of N (rows of whole packs)
-  const int pack0 = warp * 32 * kPacks + lane;
-  auto col_of = [&](int j, int e) { return (pack0 + 32 * j) * N + e; };
+  auto col_of = [&](int j, int e) { return (static_cast<int>(threadIdx.x) * kPacks + j) * N + e; };
   if (threadIdx.x == 0) sh.arrived = false;
   int phase = 0;
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
@@ -102,6 +101,7 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
     };
     const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
                                    a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
+    const uint64_t word = pick_word(0, q.row_in_key, q.key0, q.key1);  // while the loads are in flight
     // The row's maximum: warp, block, then each warp reads its peers' (a lane a peer).
     float v = -INFINITY;
 #pragma unroll
@@ -113,10 +113,9 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
     if (lane == 0) sh.wmax[warp] = v;
     __syncthreads();
     const int bm = phase++ & 1;
-    if (threadIdx.x == 0) {
-      float m = sh.wmax[0];
-      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.wmax[w]);
-      sh.cmax[bm] = m;
+    if (warp == 0) {
+      const float m = warp_max(lane < kWarps ? sh.wmax[lane] : -INFINITY);
+      if (lane == 0) sh.cmax[bm] = m;
     }
     cl.sync();
     float m = warp_max(lane < peers ? *cl.map_shared_rank(&sh.cmax[bm], lane) : -INFINITY);
@@ -148,10 +147,10 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
     if (lane == 0) sh.wsum[warp] = wv;
     __syncthreads();
     const int bs = phase++ & 1;
-    if (threadIdx.x == 0) {
-      unsigned long long t = sh.wsum[0];
-      for (int w = 1; w < kWarps; ++w) t = q.greedy ? min(t, sh.wsum[w]) : t + sh.wsum[w];
-      sh.csum[bs] = t;
+    if (warp == 0) {
+      const unsigned long long t = q.greedy ? warp_min(lane < kWarps ? sh.wsum[lane] : ~0ull)
+                                            : warp_sum(lane < kWarps ? sh.wsum[lane] : 0ull);
+      if (lane == 0) sh.csum[bs] = t;
     }
     cl.sync();
     const unsigned long long pv = lane < peers ? *cl.map_shared_rank(&sh.csum[bs], lane) : (q.greedy ? ~0ull : 0ull);
@@ -161,42 +160,31 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
       if (rank == 0 && threadIdx.x == 0) *out = static_cast<int32_t>(t);
       continue;
     }
-    // The draw: the CTA whose share of the total holds R, then its warp, then the token.
+    // The draw: the CTA whose share of the total holds R, then its warp, its thread, its token.
     const unsigned long long incl = warp_inclusive_scan(pv);
-    const unsigned long long rr =
-        scale_word(pick_word(0, q.row_in_key, q.key0, q.key1), __shfl_sync(~0u, incl, 31));
+    const unsigned long long rr = scale_word(word, __shfl_sync(~0u, incl, 31));
     const int at = __ffs(__ballot_sync(~0u, rr < incl)) - 1;
     if (rank != at) continue;
     unsigned long long pos = rr - __shfl_sync(~0u, incl - pv, at);
-    int w = 0;
-    while (w < kWarps - 1 && pos >= sh.wsum[w]) pos -= sh.wsum[w++];
+    const unsigned long long ws = lane < kWarps ? sh.wsum[lane] : 0ull;
+    const unsigned long long wincl = warp_inclusive_scan(ws);
+    const int w = __ffs(__ballot_sync(~0u, pos < wincl)) - 1;
     if (warp != w) continue;
-    bool done = false;  // warp-uniform: no break, so that every x(j, e) keeps its register
+    pos -= __shfl_sync(~0u, wincl - ws, w);
+    const unsigned long long tincl = warp_inclusive_scan(mine);
+    if (lane != __ffs(__ballot_sync(~0u, pos < tincl)) - 1) continue;
+    unsigned long long acc = tincl - mine;
+    int at_j = kPacks - 1, at_e = N - 1;
+    bool found = false;
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
-      if (done) continue;
-      unsigned long long pm = 0;
 #pragma unroll
-      for (int e = 0; e < N; ++e) pm += mass(x(j, e));
-      const unsigned long long in = warp_inclusive_scan(pm);
-      const unsigned hit = __ballot_sync(~0u, pos < in);
-      if (hit) {
-        if (lane == __ffs(hit) - 1) {
-          unsigned long long acc = in - pm;
-          int at_e = N - 1;
-          bool found = false;
-#pragma unroll
-          for (int e = 0; e < N; ++e) {  // the first e whose running mass passes pos
-            acc += mass(x(j, e));
-            if (!found && pos < acc) found = true, at_e = e;
-          }
-          *out = static_cast<int32_t>(c0 + col_of(j, at_e));
-        }
-        done = true;
-      } else {
-        pos -= __shfl_sync(~0u, in, 31);
+      for (int e = 0; e < N; ++e) {  // the first token whose running mass passes pos
+        acc += mass(x(j, e));
+        if (!found && pos < acc) found = true, at_j = j, at_e = e;
       }
     }
+    *out = static_cast<int32_t>(c0 + col_of(at_j, at_e));
   }
   // No CTA leaves while a peer may still read its shared memory.
   if (!sh.arrived) cluster_arrive();
