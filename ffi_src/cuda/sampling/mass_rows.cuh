@@ -134,13 +134,19 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
     unsigned long long mine = q.greedy ? ~0ull : 0ull;
 #pragma unroll
     for (int j = kPacks - 1; j >= 0; --j) {
+      if (q.greedy) {
 #pragma unroll
-      for (int e = N - 1; e >= 0; --e) {
-        if (q.greedy) {
+        for (int e = N - 1; e >= 0; --e) {
           if (sampling_value(x(j, e), inf_row) == m) mine = static_cast<unsigned long long>(c0 + col_of(j, e));
-        } else {
-          mine += mass(x(j, e));
         }
+        continue;
+      }
+      bool any = false;  // a pack that min-p drops whole takes no exp
+#pragma unroll
+      for (int e = 0; e < N; ++e) any |= (sampling_value(x(j, e), inf_row) - m) * q.inv_t >= q.log_min_p;
+      if (any || !a.skip_dropped) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) mine += mass(x(j, e));
       }
     }
     const unsigned long long wv = q.greedy ? warp_min(mine) : warp_sum(mine);

@@ -315,13 +315,21 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
                              r + gridDim.y >= a.rows);
         } else if (m != -INFINITY && !q.greedy && !q.use_k && !q.use_p) {
           // The kept tokens' masses: the same s, and so the same integers, as token_x gives.
+          // A group that min-p drops whole takes no exp (most of them, at min-p 0.1).
           auto kept_mass4 = [&](int g, unsigned long long (&w)[4]) {
-            float x[4];
+            float x[4], s[4];
+            bool keep[4], any = false;
             logits4(g, x);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              const float s = (sampling_value(x[j], inf_row) - m) * q.inv_t;
-              w[j] = 4 * g + j < n && s >= q.log_min_p ? mass_of(s) : 0ull;
+              s[j] = (sampling_value(x[j], inf_row) - m) * q.inv_t;
+              keep[j] = 4 * g + j < n && s[j] >= q.log_min_p;
+              any |= keep[j];
+              w[j] = 0;
+            }
+            if (any || !a.skip_dropped) {
+#pragma unroll
+              for (int j = 0; j < 4; ++j) w[j] = keep[j] ? mass_of(s[j]) : 0ull;
             }
           };
           draw_by_mass(cl, sh, phase, n, c0, q, kept_mass4, static_cast<int32_t*>(a.out) + r, r + gridDim.y >= a.rows);
