@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
       bool any = false;  // a pack that min-p drops whole takes no exp
 #pragma unroll
       for (int e = 0; e < N; ++e) any |= (sampling_value(x(j, e), inf_row) - m) * q.inv_t >= q.log_min_p;
-      if (any || !a.skip_dropped) {
+      if (any) {
 #pragma unroll
         for (int e = 0; e < N; ++e) mine += mass(x(j, e));
       }

@@ -271,7 +271,6 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
   }
   a.out = out;
   a.gather_cap = radix_only() ? 0 : kCand;
-  a.skip_dropped = std::getenv("JAXNORM_TEMP_NO_SKIP") == nullptr;  // TEMP A/B
   return a;
 }
 
