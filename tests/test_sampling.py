@@ -628,6 +628,8 @@ def test_by_mass_kernel_draws_the_general_kernels_tokens(dtype, vocab, rng, monk
             np.testing.assert_array_equal(got, want, err_msg=f"{rows} rows, {sorted(kw)}")
             if rows >= 8 and "finished" not in kw:
                 assert np.all(got[5] == -1) and got[4] == 7
+        # Every row finished: the CTAs meet no barrier before the exit's.
+        np.testing.assert_array_equal(np.asarray(jaxnorm.sample(key, x, finished=jnp.ones(rows, bool), end_id=3)), 3)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -54,7 +54,9 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
   const int64_t c0 = min(a.cols, rank * a.chunk);
   const int n = static_cast<int>(min(a.chunk, a.cols - c0));  // a multiple of N (rows of whole packs)
   auto col_of = [&](int j, int e) { return (static_cast<int>(threadIdx.x) * kPacks + j) * N + e; };
-  if (threadIdx.x == 0) sh.arrived = false;
+  // Whether this CTA arrived at the exit barrier early: every thread writes and reads its own
+  // (equal) value, so no barrier orders the first write (a CTA whose rows are all finished meets none).
+  sh.arrived = false;
   int phase = 0;
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     const bool last = r + gridDim.y >= a.rows;
