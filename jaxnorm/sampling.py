@@ -72,6 +72,9 @@ from jaxnorm import _checks
 from jaxnorm._ops import filter_p, sample_by_mass_p, sample_p, sample_with_top_k_p, top_k_p
 from jaxnorm._primitive import empty_placeholder
 
+# The longest rows sample and filter_logits take: 2^25 masses of at most 2^38 sum within 64 bits.
+MAX_VOCAB = 1 << 25
+
 # The largest k the top_k kernel takes (its candidates are sorted in one CTA's shared memory).
 TOP_K_MAX = 2048
 
@@ -91,7 +94,8 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
       key: a PRNG key (``jax.random.key``) or a raw ``uint32`` key (``jax.random.PRNGKey``): one
         key for the whole batch, or one per row (shape = ``logits.shape`` without ``axis``). With
         one key per row, each row's token depends only on its own key and logits.
-      logits: float32, bfloat16 or float16, any leading shape.
+      logits: float32, bfloat16 or float16, any leading shape; at most 2^25 (``MAX_VOCAB``) tokens on
+        ``axis``.
       temperature: Python scalar >= 0, or an array with one value per row; 0 means greedy.
       top_k: int in [0, vocab] (0 or None: off), or an int array with one value per row.
       top_p: float in (0, 1] (None or 1: off), or an array with one value per row.
@@ -218,6 +222,9 @@ def _logits_rows(logits, axis, fn):
     batch = tuple(x.shape[:-1])
     if x.shape[-1] == 0:
         raise ValueError(f"{fn}: `logits` of shape {tuple(logits.shape)} has an empty vocabulary axis {a}")
+    if x.shape[-1] > MAX_VOCAB:
+        raise ValueError(f"{fn}: `logits` of shape {tuple(logits.shape)} has {x.shape[-1]} tokens on axis {a}; "
+                         f"sampling and its filters take at most 2^25 (their 64-bit sums of 2^38-unit masses)")
     return x.reshape(math.prod(batch), x.shape[-1]), batch
 
 

@@ -890,6 +890,17 @@ def test_sample_bad_arguments(kw, err, match):
         jaxnorm.sample(jax.random.key(0), x, **kw)
 
 
+def test_vocabulary_past_the_mass_sums_is_refused():
+    """Rows longer than 2^25 tokens could overflow the 64-bit sums of 2^38-unit masses: refused at
+    trace time (shapes only: nothing is allocated)."""
+    key = jax.random.key(0)
+    too_long = jax.ShapeDtypeStruct((2, jaxnorm.sampling.MAX_VOCAB + 8), jnp.bfloat16)
+    for f in (lambda x: jaxnorm.sample(key, x), lambda x: jaxnorm.filter_logits(x, top_p=0.5)):
+        with pytest.raises(ValueError, match="at most 2\\^25"):
+            jax.eval_shape(f, too_long)
+    jax.eval_shape(lambda x: jaxnorm.sample(key, x), jax.ShapeDtypeStruct((2, jaxnorm.sampling.MAX_VOCAB), jnp.bfloat16))
+
+
 def test_bad_keys_and_logits():
     x = jnp.ones((4, 10), F32)
     with pytest.raises(TypeError, match="key"):

@@ -67,7 +67,8 @@ JN_HD float open_uniform(uint32_t w) { return static_cast<float>(((w >> 9) << 1)
 
 // The probability mass exp(s) (s <= 0, relative to the row maximum) in fixed point: integer sums
 // are exact and associative, so thresholds do not depend on the order of the additions.
-constexpr double kMassScale = 0x1p38;  // rows up to 2^25 tokens cannot overflow 64 bits
+constexpr double kMassScale = 0x1p38;
+constexpr int64_t kMaxVocab = int64_t{1} << 25;  // rows of at most 2^25 tokens cannot overflow 64 bits
 
 // A token's value bin: 255 minus a bin 1/8 wide in s = (v - max) / temperature (bin 0: s <=
 // -31.875 and -inf). Bins grow with v, so a bin threshold keeps an upper set of values.

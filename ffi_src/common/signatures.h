@@ -60,6 +60,7 @@
 #include <utility>
 
 #include "common/ffi_util.h"
+#include "common/sampling_math.h"
 
 namespace jaxnorm {
 
@@ -464,6 +465,9 @@ inline ffi::Error sampling_operands(const ffi::AnyBuffer& x, const ffi::AnyBuffe
                                     const ffi::AnyBuffer& top_p, const ffi::AnyBuffer& log_min_p,
                                     SamplingOperands* o, LogitsUpdate u = {}, bool filters = true) {
   JN_RETURN_IF_ERROR(rows_of(x, "logits", &o->shape));
+  if (o->shape.cols > sampling::kMaxVocab) {
+    return ffi::Error::InvalidArgument("jaxnorm: sampling takes rows of at most 2^25 logits (64-bit mass sums)");
+  }
   const int64_t rows = o->shape.rows;
   o->has_keys = keys != nullptr;
   o->has_temps = temps != nullptr;

@@ -38,7 +38,7 @@ template <class T, bool kBias>
 ffi::Error launch_mass_rows(cudaStream_t stream, SelectArgs<T> a, const char* what, bool* launched) {
   constexpr int64_t N = kVecOf<T>;
   *launched = false;
-  if (a.cols * static_cast<int64_t>(sizeof(T)) % 16 != 0) return ffi::Error::Success();
+  if (a.cols == 0 || a.cols * static_cast<int64_t>(sizeof(T)) % 16 != 0) return ffi::Error::Success();
   const int64_t sms = device_facts().sms;
   int cluster = static_cast<int>(ceil_div(a.cols, int64_t{kMassThreads} * kHeld));
   int64_t slots = sms;
