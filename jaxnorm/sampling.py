@@ -33,9 +33,9 @@ is never drawn: at most vocab * 2^-39 of the mass, 2.3e-7 at 128256 tokens), sum
 - Rows without top-k or top-p (no filter, or min-p alone) draw by inverse transform: a 64-bit
   Philox word of the row (counter ``(0, row index, tag, 1)``) times the kept tokens' total mass,
   over 2^64, is a position in their masses in index order, and the token there is drawn.
-- Rows with top-k draw the argmax of ``logit / temperature + Gumbel noise`` over the kept tokens
-  (the Gumbel-max trick, an exact sampler of the renormalized distribution), the noise -ln(-ln u)
-  of a uniform from the token's Philox word.
+- Rows with top-k (or top-p with min-p) draw the argmax of ``logit / temperature + Gumbel noise``
+  over the kept tokens (the Gumbel-max trick, an exact sampler of the renormalized distribution),
+  the noise -ln(-ln u) of a uniform from the token's Philox word.
 - Top-p alone (no top-k, no min-p) draws by inverse transform with value bins 1/8 wide in s and
   top-p's crossing bin B (every token above it is kept). Round r's word (counter ``(r, row index,
   tag, 1)``) times the mass of the bins >= B, over 2^64, is a position in the tokens ordered by bin
