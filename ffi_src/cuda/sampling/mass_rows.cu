@@ -1,5 +1,8 @@
 // The register-held sampler's launch plan (kernel in mass_rows.cuh).
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "cuda/launch.cuh"
 #include "cuda/sampling/mass_rows.cuh"
@@ -16,8 +19,23 @@ constexpr int kHeld = 16;
 template <bool kBias>
 constexpr int kMaxHeld = kBias ? 16 : 32;
 
+// Whether clusters of `cluster` CTAs of this instance can be scheduled at all (a GPU whose GPCs hold
+// fewer SMs than such a cluster needs could not run it), cached by device and size.
 template <class T, bool kBias, int kPacks>
-ffi::Error run(cudaStream_t stream, const SelectArgs<T>& a, int cluster, const char* what) {
+bool schedulable(int cluster) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, bool> known;
+  const auto key = std::make_pair(device_facts().device, cluster);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  return known[key] = max_active_clusters(mass_rows<T, kMassThreads, kPacks, kBias>, kMassThreads, cluster) > 0;
+}
+
+template <class T, bool kBias, int kPacks>
+ffi::Error run(cudaStream_t stream, const SelectArgs<T>& a, int cluster, const char* what, bool* launched) {
+  if (!schedulable<T, kBias, kPacks>(cluster)) return ffi::Error::Success();
+  *launched = true;
   const dim3 grid(cluster, static_cast<unsigned>(std::min<int64_t>(a.rows, 65535)));
   return launch(mass_rows<T, kMassThreads, kPacks, kBias>, grid, dim3(kMassThreads), cluster, stream, what, a);
 }
@@ -50,13 +68,12 @@ ffi::Error launch_mass_rows(cudaStream_t stream, SelectArgs<T> a, const char* wh
   while (cluster < kMaxCluster && a.rows * (cluster + 1) <= sms) ++cluster;
   a.chunk = ceil_div(ceil_div(a.cols, int64_t{cluster}), N) * N;
   const int64_t packs = ceil_div(a.chunk, kMassThreads * N);
-  *launched = true;
-  if (packs <= 1) return run<T, kBias, 1>(stream, a, cluster, what);
-  if (packs <= 2) return run<T, kBias, 2>(stream, a, cluster, what);
+  if (packs <= 1) return run<T, kBias, 1>(stream, a, cluster, what, launched);
+  if (packs <= 2) return run<T, kBias, 2>(stream, a, cluster, what, launched);
   if constexpr (kMaxHeld<kBias> / N >= 4) {
-    if (packs <= 4) return run<T, kBias, 4>(stream, a, cluster, what);
+    if (packs <= 4) return run<T, kBias, 4>(stream, a, cluster, what, launched);
   }
-  if constexpr (kMaxHeld<kBias> / N >= 8) return run<T, kBias, 8>(stream, a, cluster, what);
+  if constexpr (kMaxHeld<kBias> / N >= 8) return run<T, kBias, 8>(stream, a, cluster, what, launched);
   return ffi::Error::Internal("jaxnorm: mass_rows plan past its packs");
 }
 
