@@ -127,12 +127,9 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
     }
     const bool inf_row = m == INFINITY;
     if (inf_row) m = 0.0f;
-    // Greedy: the lowest index of the maximum. Else this thread's kept masses, the same s and
-    // integers as draw_by_mass.
-    auto mass = [&](float xv) {
-      const float s = (sampling_value(xv, inf_row) - m) * q.inv_t;
-      return s >= q.log_min_p ? mass_of(s) : 0ull;
-    };
+    // Greedy: the lowest index of the maximum. Else this thread's kept masses (kept_mass, as
+    // draw_by_mass weighs them).
+    auto mass = [&](float xv) { return kept_mass(scaled(xv, m, inf_row, q), q); };
     unsigned long long mine = q.greedy ? ~0ull : 0ull;
 #pragma unroll
     for (int j = kPacks - 1; j >= 0; --j) {
@@ -145,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, kPacks * kVecOf<T> > 16 ? 1 : 2) mas
       }
       bool any = false;  // a pack that min-p drops whole takes no exp
 #pragma unroll
-      for (int e = 0; e < N; ++e) any |= (sampling_value(x(j, e), inf_row) - m) * q.inv_t >= q.log_min_p;
+      for (int e = 0; e < N; ++e) any |= scaled(x(j, e), m, inf_row, q) >= q.log_min_p;
       if (any) {
 #pragma unroll
         for (int e = 0; e < N; ++e) mine += mass(x(j, e));

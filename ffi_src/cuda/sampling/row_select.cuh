@@ -324,14 +324,14 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
             logits4(g, x);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              s[j] = (sampling_value(x[j], inf_row) - m) * q.inv_t;
+              s[j] = scaled(x[j], m, inf_row, q);
               keep[j] = 4 * g + j < n && s[j] >= q.log_min_p;
               any |= keep[j];
               w[j] = 0;
             }
             if (any) {
 #pragma unroll
-              for (int j = 0; j < 4; ++j) w[j] = keep[j] ? mass_of(s[j]) : 0ull;
+              for (int j = 0; j < 4; ++j) w[j] = keep[j] ? kept_mass(s[j], q) : 0ull;
             }
           };
           draw_by_mass(cl, sh, phase, n, c0, q, kept_mass4, static_cast<int32_t*>(a.out) + r, r + gridDim.y >= a.rows);

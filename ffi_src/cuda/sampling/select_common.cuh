@@ -370,6 +370,17 @@ __device__ __forceinline__ unsigned long long mass_of(float s) {
   return __float2ull_rn(__expf(s) * static_cast<float>(kMassScale));
 }
 
+// The inverse-transform draw of rows without top-k or top-p weighs a token by these alone, in both
+// kernels that draw it (draw_by_mass, mass_rows), so both draw the same token: s = (v - max) /
+// temperature of a token whose logit (bias added) is x, in a row of maximum m (0 in a +inf row),
+// and its kept mass, 0 where min-p drops it.
+__device__ __forceinline__ float scaled(float x, float m, bool inf_row, const RowParams& q) {
+  return (sampling_value(x, inf_row) - m) * q.inv_t;
+}
+__device__ __forceinline__ unsigned long long kept_mass(float s, const RowParams& q) {
+  return s >= q.log_min_p ? mass_of(s) : 0ull;
+}
+
 // -ln(u) of a uniform in (0, 1). Near 1 __logf is no good: its absolute error (up to 2^-21.41 on
 // [0.5, 2], CUDA's math API) is most of the value (~5% of it at the largest u of a 128K-token row,
 // whose noises decide flat rows). PyTorch guards its exponential sampler at u = 1 - 2^-24, where
