@@ -25,11 +25,6 @@ struct MassShared {
   bool arrived;                     // at the exit barrier, early (see arrive_early)
 };
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
-  return v;
-}
-
 __device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
   for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(~0u, v, o));
   return v;

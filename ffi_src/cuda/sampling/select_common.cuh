@@ -130,6 +130,12 @@ __device__ __forceinline__ bool better(float s, int i, float bs, int bi) { retur
 __device__ __forceinline__ float max_of(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ uint32_t max_of(uint32_t a, uint32_t b) { return max(a, b); }
 
+template <class V>
+__device__ __forceinline__ V warp_max(V v) {
+  for (int o = 16; o > 0; o >>= 1) v = max_of(v, __shfl_xor_sync(~0u, v, o));
+  return v;
+}
+
 // The cluster-wide maximum of v (a NaN-free float, or a key) or argmax of (score, index): every
 // CTA publishes its block result in its buffer of this phase, and after the cluster barrier reads
 // all of them in rank order, so every CTA holds the same answer. `lowest` is the identity.
@@ -138,7 +144,7 @@ __device__ V cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh
   static_assert(sizeof(V) == sizeof(float), "published in the float slots");
   constexpr int kWarps = kThreads / 32;
   V* wv = reinterpret_cast<V*>(sh.wf);
-  for (int o = 16; o > 0; o >>= 1) v = max_of(v, __shfl_xor_sync(~0u, v, o));
+  v = warp_max(v);
   if (threadIdx.x % 32 == 0) wv[threadIdx.x / 32] = v;
   __syncthreads();
   const int b = phase++ & 1;
