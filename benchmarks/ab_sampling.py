@@ -5,7 +5,8 @@ at each call), then compare the JSON files it writes.
     python benchmarks/ab_sampling.py LABEL BATCHES DTYPES METHODS [VOCABS]
     python benchmarks/ab_sampling.py rule 1,8,64,256 float32,bfloat16 "top_k=50;no filter" 32000,128256
 
-METHODS are `bench_sampling.METHODS` names, `;`-separated. Each line printed is one config's median
+METHODS are `bench_sampling.METHODS` names or `sample` keywords (`top_p=0.6,temperature=0.8`),
+`;`-separated. Each line printed is one config's median
 device time (the JAX profiler's kernel events, inputs rotated over more memory than L2, as
 bench_sampling times it) and whether every drawn token lies in the reference's kept set; the
 medians go to $OUT/cl-LABEL.json (OUT defaults to /tmp).
@@ -24,8 +25,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+import jaxnorm  # noqa: E402
+
 import bench_sampling as bs  # noqa: E402
 import device_time as dt  # noqa: E402
+
+
+def method(name):
+    """The function timed for a METHODS entry, and its check of (logits, output)."""
+    if name in bs.METHODS:
+        return bs.METHODS[name][0], lambda x, got: bs.check(name, x, got)
+    kw = {k: float(v) if "." in v else int(v) for k, v in (item.split("=") for item in name.split(","))}
+    return (lambda k, x: jaxnorm.sample(k, x, **kw)), lambda x, got: bs.check_kept(x, got, kw)
 
 
 def main(label, batches, dtypes, methods, vocabs="128256"):
@@ -38,9 +49,10 @@ def main(label, batches, dtypes, methods, vocabs="128256"):
                 xs = [(keys[i], (3.0 * jax.random.normal(keys[i], (b, v), jnp.float32)).astype(dtype))
                       for i in range(n_in)]
                 for m in methods.split(";"):
-                    f = jax.jit(bs.METHODS[m][0])
+                    fn, check = method(m)
+                    f = jax.jit(fn)
                     r = dt.device_time(f, xs, reps=3)
-                    ok = bs.check(m, xs[0][1], f(*xs[0]))
+                    ok = check(xs[0][1], f(*xs[0]))
                     res[f"{dtype} V={v} B={b} {m}"] = r["median"] * 1e6
                     print(f"{label:6s} {dtype:8s} V={v} B={b:<3d} {m:18s} {r['median'] * 1e6:8.1f} us "
                           f"{'ok' if ok else 'CHECK FAILED'}", flush=True)

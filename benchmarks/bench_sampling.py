@@ -86,8 +86,13 @@ def check(name, x, got):
     """Every sampled token lies in the reference's kept set (top_k ops: equal to lax.top_k)."""
     if name in TOP_KS:
         return bool(np.array_equal(np.asarray(got[1]), np.asarray(jax.lax.top_k(x, TOP_KS[name])[1])))
-    keep = np.asarray(reference.sampling_mask(x, **FILTERS[name]))
-    tok = np.asarray(got)
+    return check_kept(x, got, FILTERS[name])
+
+
+def check_kept(x, tokens, kw):
+    """Every token lies in the kept set of reference.sampling_mask(x, **kw)."""
+    keep = np.asarray(reference.sampling_mask(x, **kw))
+    tok = np.asarray(tokens)
     return bool(np.all(tok >= 0) and np.all(keep[np.arange(x.shape[0]), tok]))
 
 
