@@ -36,16 +36,13 @@ is never drawn: at most vocab * 2^-39 of the mass, 2.3e-7 at 128256 tokens), sum
 - Rows with top-k (or top-p with min-p) draw the argmax of ``logit / temperature + Gumbel noise``
   over the kept tokens (the Gumbel-max trick, an exact sampler of the renormalized distribution),
   the noise -ln(-ln u) of a uniform from the token's Philox word.
-- Top-p alone (no top-k, no min-p) draws by inverse transform in rounds, from a proposal set that
-  holds the kept set. For ``top_p > 0.5`` the proposal is the whole row, B = every token; else it
-  is the value bins (1/8 wide in s) from top-p's crossing bin B up, every token above B being kept.
-  Round r's word (counter ``(r, row index, tag, 1)``) times the proposal's mass, over 2^64, is a
-  position in its tokens ordered by bin (descending; one bin for the whole row), then index; a
-  token above B is drawn, one in B is kept if the mass of the strictly larger values is below
-  top-p's target (``ceil(top_p * Z)``, Z the row's total mass), else the next round draws among
-  B's tokens above it (rejection sampling from sets that hold the kept set: exact); after 4
-  rejected rounds the Gumbel rule decides. So with ``top_p > 0.5`` the first round draws the token
-  that the same key draws without a filter, and keeps it if top-p does.
+- Top-p alone (no top-k, no min-p) draws by inverse transform with value bins 1/8 wide in s and
+  top-p's crossing bin B (every token above it is kept). Round r's word (counter ``(r, row index,
+  tag, 1)``) times the mass of the bins >= B, over 2^64, is a position in the tokens ordered by bin
+  (descending), then index; a token above B is drawn, one in B is kept if the mass of the strictly
+  larger values is below top-p's target, else the next round draws among B's tokens above it
+  (rejection sampling from sets that hold the kept set: exact); after 4 rejected rounds the Gumbel
+  rule decides.
 
 Hence the same key and logits give the same token, run to run, on any batch composition when every
 row has its own key; CPU and GPU draw the same words and the same rounds (their exp and log round

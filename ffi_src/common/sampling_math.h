@@ -80,10 +80,6 @@ JN_HD uint32_t value_bin(float s) {
 // Top-p alone draws by inverse transform (jaxnorm/sampling.py): draw `round`'s 64-bit uniform word
 // (counter word 3 = 1: apart from every token's words), and its position in a mass total q.
 constexpr uint32_t kPickRounds = 4;
-// Above this top_p the first proposal is the whole row (no crossing bin is searched): a draw is
-// kept with probability about top_p, and each rejection raises the pivot, so few rows need a
-// second round; at smaller top_p the crossing bin's tighter proposal saves the rounds.
-constexpr double kWholeRowTopP = 0.5;
 JN_HD uint64_t pick_word(uint32_t round, uint32_t row_in_key, uint32_t k0, uint32_t k1) {
   const Philox4 w = philox4x32_10<1>(round, row_in_key, kStreamTag, 1u, k0, k1);
   return (static_cast<uint64_t>(w.v[0]) << 32) | w.v[1];

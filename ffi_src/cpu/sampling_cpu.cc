@@ -67,13 +67,11 @@ uint32_t key_threshold(const RowView& rv, const RowParams& q) {
 }
 
 // Top-p alone: the inverse-transform draw of jaxnorm/sampling.py, round by round as the CUDA
-// kernel's draw_top_p takes it (`theta`, the smallest kept key, decides its test): the first
-// proposal is the whole row above kWholeRowTopP, else the value bins from the crossing bin up. -1
-// when kPickRounds draws were rejected: the Gumbel draw over the kept tokens decides.
+// kernel's draw_top_p takes it (`theta`, the smallest kept key, decides its test). -1 when
+// kPickRounds draws were rejected: the Gumbel draw over the kept tokens decides.
 int64_t draw_top_p(const RowView& rv, const RowParams& q, uint32_t theta) {
   using sampling::kValueBins;
   const int64_t cols = static_cast<int64_t>(rv.v.size());
-  const bool whole = q.p > sampling::kWholeRowTopP;
   std::vector<uint64_t> mass(cols);
   std::vector<uint32_t> bin(cols);
   std::vector<uint64_t> bin_mass(kValueBins, 0);
@@ -88,9 +86,8 @@ int64_t draw_top_p(const RowView& rv, const RowParams& q, uint32_t theta) {
   const uint64_t target = sampling::top_p_target(q.p, z);
   uint32_t bound = kValueBins - 1;
   uint64_t above = 0;
-  while (!whole && bound > 0 && above + bin_mass[bound] < target) above += bin_mass[bound--];
-  auto in_proposal = [&](int64_t c) { return whole || bin[c] == bound; };
-  uint64_t sub = whole ? z : bin_mass[bound];  // the proposal's mass in the crossing bin above the pivot
+  while (bound > 0 && above + bin_mass[bound] < target) above += bin_mass[bound--];
+  uint64_t sub = bin_mass[bound];  // the mass of the crossing bin's tokens above the pivot
   uint32_t pivot = 0;
   for (uint32_t round = 0; round < sampling::kPickRounds; ++round) {
     uint64_t r = sampling::scale_word(sampling::pick_word(round, q.row_in_key, q.key0, q.key1), above + sub);
@@ -106,14 +103,14 @@ int64_t draw_top_p(const RowView& rv, const RowParams& q, uint32_t theta) {
     r -= above;
     int64_t t = -1;
     for (int64_t c = 0; c < cols && t < 0; ++c) {
-      if (!in_proposal(c) || rv.key[c] <= pivot) continue;
+      if (bin[c] != bound || rv.key[c] <= pivot) continue;
       if (r < mass[c]) t = c;
       r -= mass[c];
     }
     if (t < 0 || rv.key[t] >= theta) return t;
     pivot = rv.key[t];
     sub = 0;
-    for (int64_t c = 0; c < cols; ++c) sub += in_proposal(c) && rv.key[c] > pivot ? mass[c] : 0;
+    for (int64_t c = 0; c < cols; ++c) sub += bin[c] == bound && rv.key[c] > pivot ? mass[c] : 0;
   }
   return -1;
 }

@@ -260,7 +260,7 @@ __device__ __forceinline__ float s_below_bin(uint32_t bin) {
   return bin == 0 ? -INFINITY : -static_cast<float>(kBins + 1 - bin) * 0.125f;
 }
 
-// Top-p's first pass (crossing_bin_proposal's, and the gather's without top-k): the cluster's masses by value
+// Top-p's first pass (draw_top_p's, and the gather's without top-k): the cluster's masses by value
 // bin, and top-p's crossing bin in them (sh.dec_bin, dec_above, target; with kCounts the counts
 // and dec_n too). token4(g, ...) as in gather_candidates.
 template <bool kCounts, int kThreads, class Token4>

@@ -4,19 +4,16 @@
 // Rows without top-k or top-p (no filter, or min-p alone: the kept set is known once the maximum
 // is): one draw R over the kept tokens' masses in index order (draw_by_mass).
 //
-// Top-p alone (draw_top_p): rounds of draws from a proposal set that holds the kept set. Above
-// top_p = kWholeRowTopP the proposal is the whole row (whole_row_proposal: each CTA's total mass,
-// one pass without atomics): a draw R over every token's mass in index order, tested exactly (the
-// mass of the strictly larger values against top-p's target: one pass, two cluster barriers). At
-// smaller top_p it is the value bins from top-p's crossing bin B up (crossing_bin_proposal, after
-// the weighed histogram): every token above B is kept, so a draw R over the masses of the bins
-// >= B, ordered by bin (descending) then index, that lands above B is the row's token: the
-// cluster picks the bin from the histogram, the CTA from its peers' masses in that bin (chunks are
-// in index order), and only that CTA scans its chunk for the token; the peers go on at once. A
-// draw into B is tested as above. A rejected draw raises the pivot to its key and draws again
-// among the proposal's tokens above it. Each proposal holds the kept set, so the accepted token
-// follows the kept masses (rejection sampling). After kPickRounds rejections the caller takes the
-// exact threshold and the Gumbel draw.
+// Top-p alone (draw_top_p): after the weighed histogram of value bins, every token in the bins
+// above the crossing bin B is kept. A draw R in [0, Q) over the masses of the bins >= B, ordered
+// by bin (descending) then index, that lands above B is the row's token: the cluster picks the bin
+// from the histogram, the CTA from its peers' masses in that bin (chunks are in index order), and
+// only that CTA scans its chunk for the token; the peers go on at once. A draw into B is tested
+// exactly (the mass of the strictly larger values against top-p's target: one pass, two cluster
+// barriers); a rejected draw raises the pivot to its key and draws again among the tokens of B
+// above it. Each proposal set holds the kept set, so the accepted token follows the kept masses
+// (rejection sampling). After kPickRounds rejections the caller takes the exact threshold and the
+// Gumbel draw.
 #pragma once
 
 #include "cuda/sampling/gather_select.cuh"
@@ -65,24 +62,14 @@ __device__ void pick_cta(const cg::cluster_group& cl, SelectShared<kThreads>& sh
 }
 
 // The masses of this CTA's tokens 4g .. 4g + 3 with match(bin, key), 0 for the others and past n.
-// A group without a match takes no exp (most groups of a test above a drawn token).
 template <class Token4, class Match>
 __device__ __forceinline__ void group_masses(int g, int n, const Token4& token4, const Match& match,
                                              unsigned long long (&w)[4]) {
   float s[4];
   uint32_t bin[4], key[4];
-  bool in[4], any = false;
   token4(g, s, bin, key);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    in[j] = 4 * g + j < n && match(bin[j], key[j]);
-    any |= in[j];
-    w[j] = 0;
-  }
-  if (any) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = in[j] ? mass_of(s[j]) : 0ull;
-  }
+  for (int j = 0; j < 4; ++j) w[j] = 4 * g + j < n && match(bin[j], key[j]) ? mass_of(s[j]) : 0ull;
 }
 
 // This CTA's token at mass position pos in index order, the masses of tokens 4g .. 4g + 3 given by
@@ -201,55 +188,20 @@ __device__ void draw_by_mass(const cg::cluster_group& cl, SelectShared<kThreads>
   }
 }
 
-// A top-p-alone row's first proposal: the bins from the crossing bin B up, or (`whole`) every
-// token. `above` is the mass of the bins over B (0 for the whole row), `sub` the proposal's mass
-// in B (the whole row's), `share` this CTA's address of its part of `sub`.
-struct TopPProposal {
-  bool whole;
-  uint32_t bound;
-  unsigned long long above, sub, target;
-  unsigned long long* share;
-};
-
-// The proposal of the bins >= B, from the weighed histogram (weigh_value_bins; this CTA's bin
-// masses in sh.mass[hb]).
-template <int kThreads>
-__device__ TopPProposal crossing_bin_proposal(SelectShared<kThreads>& sh, int hb) {
-  return {false, sh.dec_bin, sh.dec_above, sh.bin_mass[sh.dec_bin], sh.target, &sh.mass[hb][sh.dec_bin]};
-}
-
-// The whole row as the proposal: each CTA's total of mass4 (as in locate_token, every token's
-// mass), read by every CTA, and top-p's target of their sum.
-template <int kThreads, class Mass4>
-__device__ TopPProposal whole_row_proposal(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
-                                           const RowParams& q, Mass4 mass4) {
-  const int pb = publish_chunk_mass(cl, sh, phase, n, mass4);
-  if (threadIdx.x < 32) {
-    const unsigned long long v =
-        threadIdx.x < cl.num_blocks() ? *cl.map_shared_rank(&sh.part[pb], threadIdx.x) : 0ull;
-    const unsigned long long z = warp_sum(v);
-    if (threadIdx.x == 0) sh.pick_sub = z, sh.target = top_p_target(q.p, z);
-  }
-  __syncthreads();
-  return {true, 0u, 0ull, sh.pick_sub, sh.target, &sh.part[pb]};
-}
-
-// Draws a top-p-alone row's token from proposal `pp` (with the cluster's and the CTAs' bin masses
-// from the weighed histogram, this CTA's in sh.mass[hb], unless pp.whole) and writes it from the
-// CTA that holds it. False when kPickRounds draws were rejected: the caller draws by the exact
+// Draws a top-p-alone row's token (sh.dec_bin, dec_above, target and the cluster's and the CTAs'
+// bin masses from the weighed histogram, this CTA's in sh.mass[hb]) and writes it from the CTA
+// that holds it. False when kPickRounds draws were rejected: the caller draws by the exact
 // threshold. token(i, ...) and token4(g, ...) as in gather_candidates. On the CTA's last row
 // (`last`), a draw above the crossing bin needs no peer's shared memory once its CTA is picked:
 // every CTA arrives at the exit barrier then, so the peers leave while the picked one scans.
 template <int kThreads, class Token, class Token4>
 __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int hb, int n,
-                           int64_t c0, const RowParams& q, const TopPProposal& pp, Token token, Token4 token4,
-                           int32_t* out, bool last) {
+                           int64_t c0, const RowParams& q, Token token, Token4 token4, int32_t* out, bool last) {
   const int rank = static_cast<int>(cl.block_rank());
-  const bool whole = pp.whole;
-  const uint32_t bound = pp.bound;
-  const unsigned long long above = pp.above, target = pp.target;
-  unsigned long long sub = pp.sub;  // the mass of the proposal's tokens in B above the pivot
-  unsigned long long* sub_share = pp.share;
+  const uint32_t bound = sh.dec_bin;
+  const unsigned long long above = sh.dec_above, target = sh.target;
+  unsigned long long sub = sh.bin_mass[bound];  // the mass of B's tokens above the pivot
+  unsigned long long* sub_share = &sh.mass[hb][bound];
   uint32_t pivot = 0;  // no token has key 0 (NaN is -inf here)
 #pragma unroll 1
   for (uint32_t round = 0; round < kPickRounds; ++round) {
@@ -260,8 +212,7 @@ __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& 
     if (r < above && last) arrive_early(&sh.arrived);
     if (rank == at) {
       const int i = locate_token(sh, n, sh.pick_pos, [&](int g, unsigned long long(&w)[4]) {
-        group_masses(g, n, token4,
-                     [&](uint32_t b, uint32_t key) { return (whole || b == bin) && (r < above || key > pivot); }, w);
+        group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return b == bin && (r < above || key > pivot); }, w);
       });
       if (r < above && threadIdx.x == 0) *out = static_cast<int32_t>(c0 + i);
       if (r >= above && threadIdx.x == 0) {
@@ -276,7 +227,7 @@ __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& 
     cl.sync();
     const uint32_t drawn_key = *cl.map_shared_rank(&sh.pick_key, at);
     const int pb = publish_chunk_mass(cl, sh, phase, n, [&](int g, unsigned long long(&w)[4]) {
-      group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return (whole || b == bound) && key > drawn_key; }, w);
+      group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return b == bound && key > drawn_key; }, w);
     });
     if (threadIdx.x < 32) {
       const unsigned long long v =

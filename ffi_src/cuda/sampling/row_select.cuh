@@ -16,11 +16,10 @@
 // CTA 0's buffer (flat rows, wide top-k) take the radix passes. With top-k, each CTA first bounds
 // the boundary bin from below by its threads' largest tokens (delegate_floor), and both passes
 // skip the tokens below that bound after a subtract, a multiply and a compare. Sampled rows with
-// top-p alone (no min-p) gather nothing: draw_top_p (inverse_draw.cuh) draws by inverse transform
-// over the whole row's masses (top_p > 1/2) or, after the same histogram, the bins' masses; the
-// filter and top-p with min-p gather. Sampled rows without top-k or top-p (no filter, min-p alone)
-// need no threshold: draw_by_mass draws by inverse transform over the kept tokens' masses in index
-// order.
+// top-p alone (no min-p) gather nothing: after the same histogram, draw_top_p (inverse_draw.cuh)
+// draws by inverse transform over the bins' masses; the filter and top-p with min-p gather. Sampled
+// rows without top-k or top-p (no filter, min-p alone) need no threshold: draw_by_mass draws by
+// inverse transform over the kept tokens' masses in index order.
 //
 // Thresholds are otherwise found by radix select: each CTA histograms its chunk in shared memory, the
 // cluster sums the histograms through distributed shared memory (each CTA reads every peer's, so
@@ -311,16 +310,8 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         top_p_alone = m != -INFINITY && !q.greedy && q.use_p && !q.use_k && q.log_min_p == -INFINITY;
         if (top_p_alone) {
           const int hb = phase & 1;
-          TopPProposal pp;
-          if (q.p > a.whole_row_top_p) {
-            pp = whole_row_proposal(cl, sh, phase, n, q, [&](int g, unsigned long long (&w)[4]) {
-              group_masses(g, n, token4, [](uint32_t, uint32_t) { return true; }, w);
-            });
-          } else {
-            weigh_value_bins<false>(cl, sh, phase, n, q, token4);
-            pp = crossing_bin_proposal(sh, hb);
-          }
-          drawn = draw_top_p(cl, sh, phase, hb, n, c0, q, pp, token, token4, static_cast<int32_t*>(a.out) + r,
+          weigh_value_bins<false>(cl, sh, phase, n, q, token4);
+          drawn = draw_top_p(cl, sh, phase, hb, n, c0, q, token, token4, static_cast<int32_t*>(a.out) + r,
                              r + gridDim.y >= a.rows);
         } else if (m != -INFINITY && !q.greedy && !q.use_k && !q.use_p) {
           // The kept tokens' masses (kept_mass, as mass_rows weighs them). A group that min-p drops whole takes no exp (most of them, at min-p 0.1). Same-call A/B
