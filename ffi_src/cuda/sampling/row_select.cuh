@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
           const int hb = phase & 1;
           weigh_value_bins<false>(cl, sh, phase, n, q, token4);
           drawn = draw_top_p(cl, sh, phase, hb, n, c0, q, token, token4, static_cast<int32_t*>(a.out) + r,
-                             r + gridDim.y >= a.rows, a.temp_mass_skip);
+                             r + gridDim.y >= a.rows);
         } else if (m != -INFINITY && !q.greedy && !q.use_k && !q.use_p) {
           // The kept tokens' masses (kept_mass, as mass_rows weighs them). A group that min-p drops whole takes no exp (most of them, at min-p 0.1). Same-call A/B
           // (h100-sampling.md, 5d5513c on an H200, 128256 columns): min-p 0.1 at 64-256 rows
