@@ -6,10 +6,10 @@ at each call), then compare the JSON files it writes.
     python benchmarks/ab_sampling.py rule 1,8,64,256 float32,bfloat16 "top_k=50;no filter" 32000,128256
 
 METHODS are `bench_sampling.METHODS` names or `sample` keywords (`top_p=0.6,temperature=0.8`),
-`;`-separated. Each line printed is one config's median
-device time (the JAX profiler's kernel events, inputs rotated over more memory than L2, as
-bench_sampling times it) and whether every drawn token lies in the reference's kept set; the
-medians go to $OUT/cl-LABEL.json (OUT defaults to /tmp).
+`;`-separated. Each line printed is one config's median device time (the JAX profiler's kernel
+events, inputs rotated over more memory than L2, as bench_sampling times it) and whether every
+drawn token lies in the reference's kept set; the medians go to $OUT/cl-LABEL.json (OUT defaults
+to /tmp).
 
     python benchmarks/ab_sampling.py --compare DIR A B [C ...]
 
