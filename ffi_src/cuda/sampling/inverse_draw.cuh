@@ -84,36 +84,54 @@ __device__ __forceinline__ void group_masses(int g, int n, const Token4& token4,
   }
 }
 
-// This CTA's token at mass position pos in index order, the masses of tokens 4g .. 4g + 3 given by
-// mass4(g, w) (pos below their total): its local index, for every thread. Each warp
-// sums a contiguous span of the chunk in up to 32 segments (one 32-group step each while the span
-// holds at most 1024 groups); the warp whose span holds pos finds the segment by one scan of
-// its segments' sums and scans that segment again, 128 tokens a step.
-template <int kThreads, class Mass4>
-__device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long long pos, Mass4 mass4) {
+// The inverse-transform draws find a token in a CTA's chunk by spans: warp w sums groups [w *
+// span, (w + 1) * span) of 4 tokens, 32 groups a step (lane l takes group w * span + 32 * it + l),
+// and records the sums of up to 32 segments of per_seg steps each.
+struct Spans {
+  int span, steps, per_seg;
+};
+template <int kThreads>
+__device__ __forceinline__ Spans spans_of(int n, int min_per_seg) {
   constexpr int kWarps = kThreads / 32;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int groups = (n + 3) / 4;
   const int span = (groups + 32 * kWarps - 1) / (32 * kWarps) * 32;
-  const int steps = span / 32, per_seg = (steps + 31) / 32;
-  unsigned long long* seg = &sh.warp_mass[0][0];  // [kWarps][32]: free outside a weighed histogram
-  seg[32 * warp + lane] = 0;
+  const int steps = span / 32;
+  return {span, steps, max((steps + 31) / 32, min_per_seg)};
+}
+
+// Each warp's segment sums of mass4 over its span, in sh.warp_mass[warp][0 .. 31] (free outside a
+// weighed histogram); 0 past its segments.
+template <int kThreads, class Mass4>
+__device__ void segment_sums(SelectShared<kThreads>& sh, const Spans& sp, Mass4 mass4) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned long long* seg = &sh.warp_mass[warp][0];
+  seg[lane] = 0;
   __syncwarp();
-  unsigned long long acc = 0;
-  for (int it = 0; it < steps; ++it) {
-    unsigned long long w[4];
-    mass4(warp * span + 32 * it + lane, w);
-    acc += w[0] + w[1] + w[2] + w[3];
-    if (it % per_seg == per_seg - 1 || it == steps - 1) {
-      if (__ballot_sync(~0u, acc != 0)) {
-        const unsigned long long t = warp_sum(acc);
-        if (lane == 0) seg[32 * warp + it / per_seg] = t;
-      }
-      acc = 0;
+  for (int s0 = 0, sg = 0; s0 < sp.steps; s0 += sp.per_seg, ++sg) {
+    unsigned long long acc = 0;
+    const int end = min(sp.steps, s0 + sp.per_seg);
+    for (int it = s0; it < end; ++it) {
+      unsigned long long w[4];
+      mass4(warp * sp.span + 32 * it + lane, w);
+      acc += w[0] + w[1] + w[2] + w[3];
+    }
+    if (__ballot_sync(~0u, acc != 0)) {
+      const unsigned long long t = warp_sum(acc);
+      if (lane == 0) seg[sg] = t;
     }
   }
   __syncwarp();
-  const unsigned long long mine = seg[32 * warp + lane];
+}
+
+// This CTA's token at mass position pos in index order (pos below the chunk's total), from the
+// segment sums that segment_sums left for the same spans and mass4: its local index, for every
+// thread. The warp whose span holds pos finds the segment by one scan of its segments' sums and
+// scans that segment again, 128 tokens a step.
+template <int kThreads, class Mass4>
+__device__ int locate_in_segments(SelectShared<kThreads>& sh, const Spans& sp, unsigned long long pos, Mass4 mass4) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned long long mine = sh.warp_mass[warp][lane];
   const unsigned long long total = warp_sum(mine);
   __syncthreads();  // an earlier reader of sh.wsum is done
   if (lane == 0) sh.wsum[warp] = total;
@@ -133,8 +151,8 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
     const int sg = __ffs(__ballot_sync(~0u, pos < incl)) - 1;
     pos -= __shfl_sync(~0u, incl - mine, sg);
     unsigned long long run = 0;
-    for (int it = sg * per_seg; it < min(steps, (sg + 1) * per_seg); ++it) {
-      const int g0 = at * span + 32 * it;
+    for (int it = sg * sp.per_seg; it < min(sp.steps, (sg + 1) * sp.per_seg); ++it) {
+      const int g0 = at * sp.span + 32 * it;
       unsigned long long w[4];
       mass4(g0 + lane, w);
       const unsigned long long sum = w[0] + w[1] + w[2] + w[3];
@@ -157,6 +175,16 @@ __device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long lon
   return sh.located;
 }
 
+// This CTA's token at mass position pos in index order, the masses of tokens 4g .. 4g + 3 given by
+// mass4(g, w) (pos below their total): its local index, for every thread. One step a segment
+// while a warp's span holds at most 1024 groups.
+template <int kThreads, class Mass4>
+__device__ int locate_token(SelectShared<kThreads>& sh, int n, unsigned long long pos, Mass4 mass4) {
+  const Spans sp = spans_of<kThreads>(n, 1);
+  segment_sums(sh, sp, mass4);
+  return locate_in_segments(sh, sp, pos, mass4);
+}
+
 // This CTA's total of mass4 (as in locate_token) over its chunk, in sh.part for its peers once the
 // cluster barrier returns; returns that buffer's parity.
 template <int kThreads, class Mass4>
@@ -175,16 +203,31 @@ __device__ int publish_chunk_mass(const cg::cluster_group& cl, SelectShared<kThr
   return pb;
 }
 
+// Steps of a segment that draw_by_mass's sums record at least: a warp's sum a segment costs about
+// as much as a step's exps, and the picked CTA rescans one segment.
+constexpr int kByMassSegSteps = 8;
+
 // Draws the token of a row without top-k or top-p (no filter, or min-p alone) and writes it from
 // the CTA that holds it: R = the row's first pick word scaled to the kept tokens' total mass, a
-// position in their masses in index order. Each CTA sums its chunk's kept masses (mass4); every
-// CTA reads its peers' sums, so all pick the same CTA, and only that one
-// scans its chunk. On the CTA's last row every CTA arrives at the exit barrier once the sums are
-// read, so the peers leave while the picked one scans.
+// position in their masses in index order. Each CTA sums its chunk's kept masses (mass4) by
+// segments of its warps' spans; every CTA reads its peers' sums, so all pick the same CTA, and
+// only that one finds the token, from its segment sums and a rescan of one segment. On the CTA's
+// last row every CTA arrives at the exit barrier once the sums are read, so the peers leave while
+// the picked one scans.
 template <int kThreads, class Mass4>
 __device__ void draw_by_mass(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n, int64_t c0,
-                             const RowParams& q, Mass4 mass4, int32_t* out, bool last) {
-  const int pb = publish_chunk_mass(cl, sh, phase, n, mass4);
+                             const RowParams& q, Mass4 mass4, int32_t* out, bool last, bool temp_old) {
+  const Spans sp = spans_of<kThreads>(n, kByMassSegSteps);
+  int pb;
+  if (temp_old) {
+    pb = publish_chunk_mass(cl, sh, phase, n, mass4);
+  } else {
+    segment_sums(sh, sp, mass4);
+    const unsigned long long total = block_sum(sh, sh.warp_mass[threadIdx.x / 32][threadIdx.x % 32]);
+    pb = phase++ & 1;
+    if (threadIdx.x == 0) sh.part[pb] = total;
+    cl.sync();
+  }
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     const unsigned long long v = lane < static_cast<int>(cl.num_blocks()) ? *cl.map_shared_rank(&sh.part[pb], lane) : 0ull;
@@ -195,7 +238,7 @@ __device__ void draw_by_mass(const cg::cluster_group& cl, SelectShared<kThreads>
   __syncthreads();
   if (last) arrive_early(&sh.arrived);
   if (static_cast<int>(cl.block_rank()) == sh.pick_rank) {
-    const int i = locate_token(sh, n, sh.pick_pos, mass4);
+    const int i = temp_old ? locate_token(sh, n, sh.pick_pos, mass4) : locate_in_segments(sh, sp, sh.pick_pos, mass4);
     if (threadIdx.x == 0) *out = static_cast<int32_t>(c0 + i);
   }
 }
