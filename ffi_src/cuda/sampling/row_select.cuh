@@ -333,8 +333,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
               for (int j = 0; j < 4; ++j) w[j] = keep[j] ? kept_mass(s[j], q) : 0ull;
             }
           };
-          draw_by_mass(cl, sh, phase, n, c0, q, kept_mass4, static_cast<int32_t*>(a.out) + r, r + gridDim.y >= a.rows,
-                       a.temp_old_locate);
+          draw_by_mass(cl, sh, phase, n, c0, q, kept_mass4, static_cast<int32_t*>(a.out) + r, r + gridDim.y >= a.rows);
           drawn = true;
         }
       }

@@ -198,7 +198,6 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   // (both dtypes, both vocabularies), 1-2% slower at batch 1 and at 8 x 32000 (its two barriers
   // on a row's critical path), +2% at 8 x 128256.
   a.delegate_floor = a.rows >= 64;
-  a.temp_old_locate = std::getenv("JAXNORM_TEMP_OLD_LOCATE") != nullptr;  // TEMP
   SelectArgs<T> g = a;
   const RowsLaunch general = rows_launch<T, kMode, kBias>(&g, extra_smem);
   // The chunk copy by cp.async where rows queue for the SMs (more CTAs than SMs). Same-call A/B

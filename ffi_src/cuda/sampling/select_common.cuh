@@ -56,7 +56,6 @@ struct SelectArgs {
   bool topk_window;    // kTopK: first pass over key bins in a window below the row's largest key
   int64_t gather_cap;  // entries of CTA 0's gather buffer (0: radix passes only; A/B knob)
   bool async_copy;     // resident chunks without a bias are copied by cp.async (launch_select)
-  bool temp_old_locate;  // TEMP A/B
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   bool stream;         // kSample: rows with top-k take the one-read path (stream_select.cuh)
