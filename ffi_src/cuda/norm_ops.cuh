@@ -227,30 +227,52 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
 template <class D>
 struct StoreDx {
   D* dx;
+  template <int N>
+  using Early = NoEarly;
   __device__ void prefetch(int64_t, int64_t, int64_t, int, int) const {}
   template <int N>
-  __device__ void store(int64_t at, const float (&v)[N]) const {
+  __device__ NoEarly load_early(int64_t) const {
+    return {};
+  }
+  template <int N>
+  __device__ void store(int64_t at, const float (&v)[N], NoEarly) const {
     store_pack<D, N>(dx + at, v);
   }
 };
 
-template <class D>
+// h's cotangent is loaded beside the row (BwdRowPacks), not at the store after the row's
+// reduction. TEMP: kEarly = false loads it at the store, for the same-call A/B.
+template <class D, bool kEarly = true>
 struct StorePlusDh {
   D* dx;
   const D* dh;  // null where h's cotangent is a symbolic zero: nothing to read
+  template <int N>
+  using Early = std::conditional_t<kEarly, Pack<D, N>, NoEarly>;
   __device__ void prefetch(int64_t row0, int64_t nrows, int64_t cols, int part, int parts) const {
     prefetch_l2_rows(dh, row0, nrows, cols, part, parts);
   }
   template <int N>
-  __device__ void store(int64_t at, const float (&v)[N]) const {
+  __device__ Early<N> load_early(int64_t at) const {
+    if constexpr (kEarly) {
+      // Through the read-only path, as dx's stores of earlier packs could alias it otherwise.
+      if (dh != nullptr) return load_raw_nc<D, N>(dh + at);
+      return Pack<D, N>{};
+    } else {
+      return {};
+    }
+  }
+  template <int N>
+  __device__ void store(int64_t at, const float (&v)[N], const Early<N>& early) const {
     float out[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = v[i];
     if (dh != nullptr) {
-      // Through the read-only path: a plain load may not move above the previous pack's dx store
-      // (they could alias), which would leave one pack's load in flight per thread at a time.
       float add[N];
-      unpack(load_raw_nc<D, N>(dh + at), add);
+      if constexpr (kEarly) {
+        unpack(early, add);
+      } else {
+        unpack(load_raw_nc<D, N>(dh + at), add);
+      }
 #pragma unroll
       for (int i = 0; i < N; ++i) out[i] += add[i];
     }
@@ -280,6 +302,9 @@ struct NormBwdOp {
   float inv_cols;
   float eps;
   NormFlags f;
+
+  template <int N>
+  using Early = typename Dx::template Early<N>;
 
   struct RowIn {
     float mean, rstd;
@@ -315,6 +340,11 @@ struct NormBwdOp {
     unpack(rd, d);
   }
 
+  template <int N>
+  __device__ Early<N> load_early(int64_t row, int64_t col) const {
+    return dx.template load_early<N>(row * cols + col);
+  }
+
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
   template <int N>
   __device__ void terms(RowIn in, int64_t, int64_t col, float (&a)[N], const float (&d)[N], Sum2& s) const {
@@ -335,7 +365,7 @@ struct NormBwdOp {
 
   template <int N>
   __device__ void emit(int64_t row, int64_t col, const float (&xhat)[N], const float (&d)[N], Row r, float (&dg)[N],
-                       float (&db)[N]) const {
+                       float (&db)[N], const Early<N>& early) const {
     float g[N], out[N];
     load_param<N>(gamma, f.has_scale, 1.f, col, g);
 #pragma unroll
@@ -344,7 +374,7 @@ struct NormBwdOp {
       dg[i] += d[i] * xhat[i];
       db[i] += d[i];
     }
-    dx.store(row * cols + col, out);
+    dx.store(row * cols + col, out, early);
   }
 
   // One element's contribution to the scale and bias gradients (fallback column kernel).

@@ -300,18 +300,28 @@ constexpr bool one_shot_bwd() {
   else return bwd_min_ctas_per_sm<Op, kBlock, kPacks>() >= 2 && one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>();
 }
 
-// A backward thread's packs of a and dy: as floats, or as loaded (bwd_holds_raw). with(p, f)
-// calls f(a, d) on pack p's floats; for a held row they are converted afresh each time (the second
-// time by unpack_again(), so the compiler does not keep the first conversion live).
+// A backward op's operand of emit() that it loads beside a and dy (Op::Early<N>, load_early): none
+// for most ops; the residual-add norm's cotangent of h, so that its load is not one more L2 round
+// trip after the row's reduction.
+struct NoEarly {};
+
+// A backward thread's packs of a and dy (and the op's early operand): a and dy as floats, or as
+// loaded (bwd_holds_raw). with(p, f) calls f(a, d, early) on pack p; for a held row a and d are
+// converted afresh each time (the second time by unpack_again(), so the compiler does not keep
+// the first conversion live).
 template <class Op, int kPacks, bool kRaw = bwd_holds_raw<Op>()>
 struct BwdRowPacks {
   static constexpr int V = kVecOf<typename Op::Type>;
   static constexpr bool kHeld = false;
   float a[kPacks][V], d[kPacks][V];
-  __device__ void load(const Op& op, int64_t row, int64_t col, int p) { op.load(row, col, a[p], d[p]); }
+  typename Op::template Early<V> e[kPacks];
+  __device__ void load(const Op& op, int64_t row, int64_t col, int p) {
+    op.load(row, col, a[p], d[p]);
+    e[p] = op.template load_early<V>(row, col);
+  }
   template <bool kAgain, class F>
   __device__ void with(int p, F f) {
-    f(a[p], d[p]);
+    f(a[p], d[p], e[p]);
   }
 };
 
@@ -321,7 +331,11 @@ struct BwdRowPacks<Op, kPacks, true> {
   static constexpr bool kHeld = true;
   Pack<typename Op::RowType, V> a[kPacks];
   Pack<typename Op::Type, V> d[kPacks];
-  __device__ void load(const Op& op, int64_t row, int64_t col, int p) { op.load_held(row, col, a[p], d[p]); }
+  typename Op::template Early<V> e[kPacks];
+  __device__ void load(const Op& op, int64_t row, int64_t col, int p) {
+    op.load_held(row, col, a[p], d[p]);
+    e[p] = op.template load_early<V>(row, col);
+  }
   template <bool kAgain, class F>
   __device__ void with(int p, F f) {
     float fa[V], fd[V];
@@ -332,7 +346,7 @@ struct BwdRowPacks<Op, kPacks, true> {
       unpack(a[p], fa);
       unpack(d[p], fd);
     }
-    f(fa, fd);
+    f(fa, fd, e[p]);
   }
 };
 
@@ -425,6 +439,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
   row_reduce_init<kCluster>(red);
   ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>(), Op::kColumnSums> parts;
+  using Early = typename Op::template Early<V>;
 
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
   constexpr bool kOnce = one_shot_bwd<Op, kBlock, kPacks, kCluster>();  // one pass: no loop state kept live
@@ -446,7 +461,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (ok[p])
-        rp.template with<false>(p, [&](float(&a)[V], float(&d)[V]) {
+        rp.template with<false>(p, [&](float(&a)[V], float(&d)[V], const Early&) {
           op.terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a, d, s);
         });
     s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, iter);
@@ -455,14 +470,14 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     for (int p = 0; p < kPacks; ++p) {
       if (ok[p]) {
         const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
-        rp.template with<true>(p, [&](float(&a)[V], float(&d)[V]) {
+        rp.template with<true>(p, [&](float(&a)[V], float(&d)[V], const Early& early) {
           if constexpr (decltype(rp)::kHeld) {
             Sum2 unused{0.f, 0.f};
             op.terms(in, row, col, a, d, unused);  // a in emit()'s form again
           }
           float gp[V], bp[V];
           parts.get(p, gp, bp);
-          op.emit(row, col, a, d, r, gp, bp);
+          op.emit(row, col, a, d, r, gp, bp, early);
           parts.put(p, gp, bp);
         });
       }
@@ -543,7 +558,7 @@ __global__ void __launch_bounds__(kBlock) loop_bwd_kernel(Op op, int64_t rows, i
         Sum2 unused{0.f, 0.f};
         op.load(row, col, a, d);
         op.terms(in, row, col, a, d, unused);  // puts a in the form emit() takes, as in the tile kernel
-        op.emit(row, col, a, d, r, g, b);
+        op.emit(row, col, a, d, r, g, b, op.template load_early<1>(row, col));
       }
     }
   }

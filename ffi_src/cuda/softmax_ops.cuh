@@ -261,6 +261,13 @@ struct SoftmaxBwdOp {
   struct RowIn {};
   __device__ RowIn row_in(int64_t, bool) const { return {}; }
 
+  template <int N>
+  using Early = NoEarly;
+  template <int N>
+  __device__ NoEarly load_early(int64_t, int64_t) const {
+    return {};
+  }
+
   __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
     prefetch_l2_rows(y, row0, nrows, cols, part, parts);
     prefetch_l2_rows(dy, row0, nrows, cols, part, parts);
@@ -294,7 +301,7 @@ struct SoftmaxBwdOp {
 
   template <int N>
   __device__ void emit(int64_t row, int64_t col, const float (&a)[N], const float (&d)[N], float s, float (&)[N],
-                       float (&)[N]) const {
+                       float (&)[N], NoEarly) const {
     float keep[N], out[N];
     load_keep<N>(mask(), row * cols + col, keep);
 #pragma unroll
