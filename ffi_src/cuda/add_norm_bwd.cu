@@ -1,7 +1,5 @@
 // Residual-add + LayerNorm / RMSNorm backward CUDA handler: the norm backward's row kernels
 // reading h (or y) and dy, storing dx + dh (h's cotangent) in one pass.
-#include <cstdlib>
-
 #include "common/add_norm_args.h"
 #include "cuda/norm_bwd_run.cuh"
 
@@ -19,18 +17,14 @@ ffi::Error AddNormBwdCuda(cudaStream_t stream, ffi::AnyBuffer hin, ffi::AnyBuffe
     using T = typename decltype(yt)::type;
     using A = typename decltype(at)::type;
     using H = typename decltype(ht)::type;
-    auto run = [&](auto out) {
-      return with_bias_grad(has_bias, [&](auto bias_grad) {
-        const auto op = norm_bwd_op<T, A, decltype(bias_grad)::value>(
-            hin, dy, mean, rstd, scale, bias, out, s, eps, NormFlags{centered, has_scale, has_bias, memory_efficient});
-        return run_norm_bwd(op, s, aligned16(out.dx) && aligned16(out.dh), dscale, dbias, workspace, stream,
-                            "add_norm backward");
-      });
-    };
-    H* dxp = static_cast<H*>(dx->untyped_data());
-    const H* dhp = has_dh ? static_cast<const H*>(dh.untyped_data()) : nullptr;
-    if (std::getenv("JAXNORM_TEMP_LATE_DH") != nullptr) return run(StorePlusDh<H, false>{dxp, dhp});  // TEMP A/B
-    return run(StorePlusDh<H>{dxp, dhp});
+    const StorePlusDh<H> out{static_cast<H*>(dx->untyped_data()),
+                             has_dh ? static_cast<const H*>(dh.untyped_data()) : nullptr};
+    return with_bias_grad(has_bias, [&](auto bias_grad) {
+      const auto op = norm_bwd_op<T, A, decltype(bias_grad)::value>(
+          hin, dy, mean, rstd, scale, bias, out, s, eps, NormFlags{centered, has_scale, has_bias, memory_efficient});
+      return run_norm_bwd(op, s, aligned16(out.dx) && aligned16(out.dh), dscale, dbias, workspace, stream,
+                          "add_norm backward");
+    });
   });
 }
 

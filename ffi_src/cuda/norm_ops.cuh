@@ -231,48 +231,40 @@ struct StoreDx {
   using Early = NoEarly;
   __device__ void prefetch(int64_t, int64_t, int64_t, int, int) const {}
   template <int N>
-  __device__ NoEarly load_early(int64_t) const {
-    return {};
-  }
-  template <int N>
   __device__ void store(int64_t at, const float (&v)[N], NoEarly) const {
     store_pack<D, N>(dx + at, v);
   }
 };
 
-// h's cotangent is loaded beside the row (BwdRowPacks), not at the store after the row's
-// reduction. TEMP: kEarly = false loads it at the store, for the same-call A/B.
-template <class D, bool kEarly = true>
+// h's cotangent is loaded beside the row where the tile affords it (Early, BwdRowPacks), else
+// at the store.
+template <class D>
 struct StorePlusDh {
   D* dx;
   const D* dh;  // null where h's cotangent is a symbolic zero: nothing to read
   template <int N>
-  using Early = std::conditional_t<kEarly, Pack<D, N>, NoEarly>;
+  using Early = Pack<D, N>;
   __device__ void prefetch(int64_t row0, int64_t nrows, int64_t cols, int part, int parts) const {
     prefetch_l2_rows(dh, row0, nrows, cols, part, parts);
   }
+  // Through the read-only path: a plain load may not move above earlier packs' dx stores (they
+  // could alias).
   template <int N>
-  __device__ Early<N> load_early(int64_t at) const {
-    if constexpr (kEarly) {
-      // Through the read-only path, as dx's stores of earlier packs could alias it otherwise.
-      if (dh != nullptr) return load_raw_nc<D, N>(dh + at);
-      return Pack<D, N>{};
-    } else {
-      return {};
-    }
+  __device__ Pack<D, N> load_early(int64_t at) const {
+    return dh != nullptr ? load_raw_nc<D, N>(dh + at) : Pack<D, N>{};
   }
   template <int N>
-  __device__ void store(int64_t at, const float (&v)[N], const Early<N>& early) const {
+  __device__ void store(int64_t at, const float (&v)[N], NoEarly) const {
+    store(at, v, load_early<N>(at));
+  }
+  template <int N>
+  __device__ void store(int64_t at, const float (&v)[N], const Pack<D, N>& early) const {
     float out[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = v[i];
     if (dh != nullptr) {
       float add[N];
-      if constexpr (kEarly) {
-        unpack(early, add);
-      } else {
-        unpack(load_raw_nc<D, N>(dh + at), add);
-      }
+      unpack(early, add);
 #pragma unroll
       for (int i = 0; i < N; ++i) out[i] += add[i];
     }
@@ -363,9 +355,10 @@ struct NormBwdOp {
 
   __device__ Row finalize(RowIn in, Sum2 s) const { return {in.rstd, s.a * inv_cols, s.b * inv_cols, in}; }
 
-  template <int N>
+  // early: h's cotangent where the tile loaded it (Dx::Early), else NoEarly.
+  template <int N, class E>
   __device__ void emit(int64_t row, int64_t col, const float (&xhat)[N], const float (&d)[N], Row r, float (&dg)[N],
-                       float (&db)[N], const Early<N>& early) const {
+                       float (&db)[N], const E& early) const {
     float g[N], out[N];
     load_param<N>(gamma, f.has_scale, 1.f, col, g);
 #pragma unroll

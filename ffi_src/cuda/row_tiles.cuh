@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/stats.h"
 #include "cuda/device_types.cuh"
@@ -300,24 +301,34 @@ constexpr bool one_shot_bwd() {
   else return bwd_min_ctas_per_sm<Op, kBlock, kPacks>() >= 2 && one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>();
 }
 
-// A backward op's operand of emit() that it loads beside a and dy (Op::Early<N>, load_early): none
-// for most ops; the residual-add norm's cotangent of h, so that its load is not one more L2 round
-// trip after the row's reduction.
+// A backward op's operand of emit() that it may load beside a and dy (Op::Early<N>, load_early):
+// none for most ops; the residual-add norm's cotangent of h, whose load at the store would be one
+// more memory round trip after the row's reduction (bf16 add + RMSNorm backward 8192 x 4096:
+// 0.87x the time loaded early; results/h100-add-norm.md). Taken where a thread's row and early
+// packs fit 64 registers: past that (the wide tiles of float32 rows or h) ptxas spilled.
 struct NoEarly {};
 
-// A backward thread's packs of a and dy (and the op's early operand): a and dy as floats, or as
-// loaded (bwd_holds_raw). with(p, f) calls f(a, d, early) on pack p; for a held row a and d are
-// converted afresh each time (the second time by unpack_again(), so the compiler does not keep
-// the first conversion live).
+template <class Op, int kPacks>
+constexpr bool bwd_loads_early() {
+  constexpr int V = kVecOf<typename Op::Type>;
+  using E = typename Op::template Early<V>;
+  return !std::is_empty_v<E> && bwd_held_registers<Op, kPacks>() + kPacks * static_cast<int>(sizeof(E) / 4) <= 64;
+}
+
+// A backward thread's packs of a and dy (and the op's early operand where it fits): a and dy as
+// floats, or as loaded (bwd_holds_raw). with(p, f) calls f(a, d, early) on pack p; for a held row
+// a and d are converted afresh each time (the second time by unpack_again(), so the compiler does
+// not keep the first conversion live).
 template <class Op, int kPacks, bool kRaw = bwd_holds_raw<Op>()>
 struct BwdRowPacks {
   static constexpr int V = kVecOf<typename Op::Type>;
   static constexpr bool kHeld = false;
+  using Early = std::conditional_t<bwd_loads_early<Op, kPacks>(), typename Op::template Early<V>, NoEarly>;
   float a[kPacks][V], d[kPacks][V];
-  typename Op::template Early<V> e[kPacks];
+  Early e[kPacks];
   __device__ void load(const Op& op, int64_t row, int64_t col, int p) {
     op.load(row, col, a[p], d[p]);
-    e[p] = op.template load_early<V>(row, col);
+    if constexpr (bwd_loads_early<Op, kPacks>()) e[p] = op.template load_early<V>(row, col);
   }
   template <bool kAgain, class F>
   __device__ void with(int p, F f) {
@@ -331,10 +342,11 @@ struct BwdRowPacks<Op, kPacks, true> {
   static constexpr bool kHeld = true;
   Pack<typename Op::RowType, V> a[kPacks];
   Pack<typename Op::Type, V> d[kPacks];
-  typename Op::template Early<V> e[kPacks];
+  using Early = std::conditional_t<bwd_loads_early<Op, kPacks>(), typename Op::template Early<V>, NoEarly>;
+  Early e[kPacks];
   __device__ void load(const Op& op, int64_t row, int64_t col, int p) {
     op.load_held(row, col, a[p], d[p]);
-    e[p] = op.template load_early<V>(row, col);
+    if constexpr (bwd_loads_early<Op, kPacks>()) e[p] = op.template load_early<V>(row, col);
   }
   template <bool kAgain, class F>
   __device__ void with(int p, F f) {
@@ -439,7 +451,6 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
   row_reduce_init<kCluster>(red);
   ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>(), Op::kColumnSums> parts;
-  using Early = typename Op::template Early<V>;
 
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
   constexpr bool kOnce = one_shot_bwd<Op, kBlock, kPacks, kCluster>();  // one pass: no loop state kept live
@@ -447,6 +458,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     const int64_t row = group_row0 + base + slot;
     const bool row_ok = base + slot < rows_per_group;
     BwdRowPacks<Op, kPacks> rp;
+    using Early = typename decltype(rp)::Early;
     bool ok[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -558,7 +570,7 @@ __global__ void __launch_bounds__(kBlock) loop_bwd_kernel(Op op, int64_t rows, i
         Sum2 unused{0.f, 0.f};
         op.load(row, col, a, d);
         op.terms(in, row, col, a, d, unused);  // puts a in the form emit() takes, as in the tile kernel
-        op.emit(row, col, a, d, r, g, b, op.template load_early<1>(row, col));
+        op.emit(row, col, a, d, r, g, b, NoEarly{});
       }
     }
   }

@@ -263,10 +263,6 @@ struct SoftmaxBwdOp {
 
   template <int N>
   using Early = NoEarly;
-  template <int N>
-  __device__ NoEarly load_early(int64_t, int64_t) const {
-    return {};
-  }
 
   __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
     prefetch_l2_rows(y, row0, nrows, cols, part, parts);
