@@ -3,8 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
-#include <type_traits>
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -75,17 +73,7 @@ struct BwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    // TEMP A/B: the plain RMSNorm backward's 256-thread tiles at 3 CTAs a SM (80 registers, no spills).
-    if constexpr (kBlock == 256 && kCluster == 1 && Op::kColumnSums == 1 &&
-                  std::is_empty_v<typename Op::template Early<kVecOf<typename Op::Type>>>) {
-      if (std::getenv("JAXNORM_TEMP_BWD_THREE") != nullptr) return tile_at<kTPR, kBlock, kPacks, kCluster, 3>();
-    }
-    return tile_at<kTPR, kBlock, kPacks, kCluster, 0>();
-  }
-
-  template <int kTPR, int kBlock, int kPacks, int kCluster, int kMinCtas>
-  ffi::Error tile_at() {
-    auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, kMinCtas>;
+    auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
     constexpr size_t smem = column_partials_smem<Op, kBlock, kPacks>();
     static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();

@@ -436,8 +436,8 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
   }
 };
 
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, int kMinCtas = 0>  // TEMP kMinCtas
-__global__ void __launch_bounds__(kBlock, kMinCtas > 0 ? kMinCtas : bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+__global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
   constexpr int V = kVecOf<T>;
