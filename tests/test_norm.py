@@ -53,6 +53,18 @@ def test_memory_efficient_wide_rows(op, shape, rng):
     check_op(op, rng, shape, BF16, bounded_scale=True, memory_efficient=True)
 
 
+# Rows whose last warp of packs ends past the row (width not a multiple of 256 columns), in the
+# CTA-a-row backward tiles: each warp writes its scale/bias gradient partials as whole sectors
+# (row_tiles.cuh, store_warp_floats), so the lanes past the row must store nothing. 4000 bf16
+# columns: a 256-thread tile; 8000: 512 threads; 20000: the wide tile in a cluster of 2, partials
+# in shared memory; 4000 float32 columns: 256 threads of 4-float packs.
+@op_params(NORMS)
+@pytest.mark.parametrize("shape,dtype", [((64, 4000), "bfloat16"), ((40, 8000), "bfloat16"),
+                                         ((24, 20000), "bfloat16"), ((64, 4000), "float32")], ids=str)
+def test_partial_warp_rows(op, shape, dtype, rng):
+    check_op(op, rng, shape, DTYPES[dtype])
+
+
 # ---------------------------------------------------------------------------------------------
 # Launch sizes: on the GPU a forward of few rows of at most 128 threads' packs is spread to one
 # pack a thread (tile_choice.h, spread_small_launch); more rows keep several packs a thread. Both
