@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -74,16 +73,7 @@ struct BwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    // TEMP A/B: the column partials written a lane's pack a store (JAXNORM_TEMP_PACK_PARTIALS).
-    if constexpr (Op::kColumnSums > 0 && kBlock == kTPR) {
-      if (std::getenv("JAXNORM_TEMP_PACK_PARTIALS") != nullptr) return tile_at<kTPR, kBlock, kPacks, kCluster, true>();
-    }
-    return tile_at<kTPR, kBlock, kPacks, kCluster, false>();
-  }
-
-  template <int kTPR, int kBlock, int kPacks, int kCluster, bool kPackPartials>
-  ffi::Error tile_at() {
-    auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, kPackPartials>;
+    auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
     constexpr size_t smem = column_partials_smem<Op, kBlock, kPacks>();
     static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();
