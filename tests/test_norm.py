@@ -55,9 +55,9 @@ def test_memory_efficient_wide_rows(op, shape, rng):
 
 # Rows whose last warp of packs ends past the row (width not a multiple of 256 columns), in the
 # CTA-a-row backward tiles, which store each thread's scale/bias gradient partials a pack at a time
-# (row_tiles.cuh): the lanes past the row must store nothing. 4000 bf16
-# columns: a 256-thread tile; 8000: 512 threads; 20000: the wide tile in a cluster of 2, partials
-# in shared memory; 4000 float32 columns: 256 threads of 4-float packs.
+# (row_tiles.cuh): the lanes past the row must store nothing. 4000 bf16 columns: a 256-thread
+# tile; 8000: 512 threads; 20000: the wide tile in a cluster of 2, partials in shared memory; 4000
+# float32 columns: 256 threads of 4-float packs.
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((64, 4000), "bfloat16"), ((40, 8000), "bfloat16"),
                                          ((24, 20000), "bfloat16"), ((64, 4000), "float32")], ids=str)
