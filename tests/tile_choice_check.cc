@@ -49,7 +49,7 @@ int main() {
         for (long rows : {0L, 1L, 8L, 64L, 512L, 4096L}) {
           if (rows > 0 && !op.budget.spread_small) break;
           const TileChoice c0 = choose_tile(cols, vec, vectorizable, clusters, op.budget);
-          const TileChoice c = rows > 0 ? spread_small_launch(c0, rows, 132, op.budget) : c0;
+          const TileChoice c = rows > 0 ? spread_small_launch(c0, rows, 132, op.budget, clusters) : c0;
           bool ok;
           if (c.loop_tpr > 0) {
             ok = c.loop_tpr == 32 || c.loop_tpr == 512;
@@ -63,6 +63,10 @@ int main() {
             }
             const long capacity = static_cast<long>(c.tpr) * c.cluster * c.packs * vec;
             ok = ok && capacity >= cols && (clusters || c.cluster == 1);
+            // Replicated rows: only the tiles FwdRunner launches so, each CTA on its own SM.
+            if (c.replicas > 1)
+              ok = ok && replicas_fit(c.tpr, c.block, c.packs, c.cluster) && c.packs % c.replicas == 0 &&
+                   rows * c.replicas <= 132;
           }
           if (ok) {
             ++passed;

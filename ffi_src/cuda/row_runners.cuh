@@ -31,16 +31,29 @@ struct FwdRunner {
   cudaStream_t stream;
   const char* what;
 
+  int replicas = 1;  // TileChoice::replicas
+
+  template <int kTPR, int kBlock, int kPacks, int kReplicas>
+  ffi::Error replicated() {
+    return launch(tile_fwd_kernel<Op, kTPR, kBlock, kPacks, 1, true, kReplicas>, dim3(rows * kReplicas), dim3(kBlock),
+                  1, stream, what, op, rows, cols);
+  }
+
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
+    if constexpr (Op::kBudget.spread_small && kCluster == 1 && kTPR == kBlock && kPacks == kReplicatedPacks) {
+      if (replicas == 4) return replicated<kTPR, kBlock, kPacks, 4>();
+      if (replicas == 2) return replicated<kTPR, kBlock, kPacks, 2>();
+    }
     auto kernel = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
-    if constexpr (early_params<Op, kBlock, kPacks>() && kCluster == 1) {
+    if constexpr (early_params<Op, kBlock, kPacks>() && (kCluster == 1 || kPacks == 1)) {
       auto early = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
       static const int early_resident = resident_workers(early, kBlock, kCluster);
-      if (needed <= early_resident) return launch(early, dim3(needed), dim3(kBlock), 1, stream, what, op, rows, cols);
+      if (needed <= early_resident)
+        return launch(early, dim3(needed * kCluster), dim3(kBlock), kCluster, stream, what, op, rows, cols);
     }
     const int64_t workers = one_shot_grid<kCluster, Op::kBudget.one_shot_cluster>()
                                 ? std::min<int64_t>(needed, kMaxGridX / kCluster)

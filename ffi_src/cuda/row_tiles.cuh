@@ -154,8 +154,15 @@ constexpr bool early_params() {
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
 }
 
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kEarlyParams = false>
-__global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>()) tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
+// kReplicas > 1 (tile_choice.h, spread_small_launch): kReplicas CTAs a row, one an SM, each
+// reducing the whole row and storing (and loading the parameters of) packs p % kReplicas == its
+// slice.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kEarlyParams = false, int kReplicas = 1>
+__global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op, kBlock, kPacks>())
+    tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
+  static_assert(kReplicas == 1 || (kCluster == 1 && kBlock == kTPR && kPacks % kReplicas == 0), "a replica is a CTA a row");
+  const int slice = kReplicas > 1 ? static_cast<int>(blockIdx.x % kReplicas) : 0;
+  const auto stores = [&](int p) { return kReplicas == 1 || p % kReplicas == slice; };
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;
@@ -163,7 +170,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
   __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
-  const int64_t stride = (gridDim.x / kCluster) * kRowsPerCta;
+  const int64_t stride = (gridDim.x / (kCluster * kReplicas)) * kRowsPerCta;
   // A split pack's first half (device_types.cuh) starts 4 columns a lane before the whole pack's
   // column, which is the column the ops take; whole warps a row only. The thread's first column
   // is the one variable, so that every pack's addresses remain one base and an immediate offset
@@ -182,7 +189,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
   };
   row_reduce_init<kCluster>(red);
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
-  for (int64_t base = (blockIdx.x / kCluster) * kRowsPerCta; base < rows; base += stride, ++iter) {
+  for (int64_t base = (blockIdx.x / (kCluster * kReplicas)) * kRowsPerCta; base < rows; base += stride, ++iter) {
     const int64_t row = base + slot;
     const bool row_ok = row < rows;
     Pack<T, V> raw[kPacks];
@@ -202,7 +209,7 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
     if constexpr (kEarlyParams) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
-        if (ok[p]) op.load_params(col_of(p), prm[p]);
+        if (ok[p] && stores(p)) op.load_params(col_of(p), prm[p]);
     }
     prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, base + stride, rows);
     const Stats mine = [&] {
@@ -210,10 +217,10 @@ __global__ void __launch_bounds__(kBlock, min_ctas_per_sm<Op, kBlock, kPacks>())
       else return op.thread_stats(v, ok);
     }();
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, iter);
-    const auto r = op.finalize(s, mine, row, row_ok && t == 0);
+    const auto r = op.finalize(s, mine, row, row_ok && t == 0 && slice == 0);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      if (ok[p]) {
+      if (ok[p] && stores(p)) {
         const int64_t col = col_of(p);
         if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
           unpack_again(raw[p], v[p]);

@@ -80,6 +80,7 @@ constexpr int cta_threads(int tpr, TileBudget budget) { return tpr < budget.min_
 struct TileChoice {
   int tpr = 0, block = 0, packs = 0, cluster = 0;  // a tile kernel, or
   int loop_tpr = 0;                                // a loop kernel when loop_tpr > 0
+  int replicas = 1;  // CTAs a row, each reducing the whole row and storing 1/replicas of it
 };
 // A budget whose launches of few rows may be spread (spread_small_launch).
 constexpr TileBudget with_small_spread(TileBudget budget) {
@@ -98,8 +99,40 @@ constexpr int kSpreadMaxTpr = 128;
 // 128 threads of 4 packs) spread to kSpreadWideTpr threads of 2 packs, not one (512 threads of
 // one pack lost, v17): 0.966-0.987x the time at 1-64 rows x 4096 bf16 (v18).
 constexpr int kSpreadWideTpr = 256;
-inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget) {
-  if (!budget.spread_small || c.loop_tpr > 0 || c.cluster != 1 || c.packs == 1) return c;
+// Few rows of more than one CTA's packs: XLA's normalization fusions (Triton, an output tile of
+// [1, 256] a CTA) spread each row over 16 CTAs that each reduce the whole row and write 256
+// columns, so an SM reads the row but only its slice's parameters and writes only its slice; one
+// CTA a row, jaxnorm's, read and wrote it all on one SM, and trailed XLA by 0.3-1.5 us at 8 rows
+// x 2048-16384 bf16. Rows of kReplicatedPacks-pack CTA tiles (whole CTAs a row) get 4 CTAs a row
+// (else 2) while the rows' CTAs fit the SMs once: one CTA a row's packs p % replicas == its
+// slice. Rows of cluster tiles whose 16-CTA spread is kSpreadClusterTpr threads of one pack
+// (16384-32768 16-bit columns, 8192-16384 float32) take those clusters while rows x 16 fit the
+// SMs (rows split over a cluster, not replicated: 64 KB a row). Measured on an H100
+// (results/h100-rows.md, v20): replicas 0.71-0.96x the time at 1-64 rows x 2048-16384 (bf16,
+// float32), clusters of 16 0.53-0.65x at 1-8 rows x 32768 bf16; clusters of 2-8 CTAs of 64-128
+// threads (a row split, its sums exchanged) lost 8-38% from 1024 to 4096 columns.
+constexpr int kReplicatedPacks = 4;
+constexpr int kSpreadClusterTpr = 256;
+inline bool replicas_fit(int tpr, int block, int packs, int cluster) {
+  return cluster == 1 && tpr == block && packs == kReplicatedPacks;
+}
+inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget, bool clusters,
+                                     bool temp_new = true) {
+  if (!budget.spread_small || c.loop_tpr > 0 || rows <= 0) return c;
+  if (c.cluster > 1 && temp_new) {
+    if (clusters && int64_t{c.tpr} * c.packs * c.cluster == int64_t{kSpreadClusterTpr} * 16 && rows * 16 <= sms)
+      c.tpr = c.block = kSpreadClusterTpr, c.packs = 1, c.cluster = 16;
+    return c;
+  }
+  if (temp_new && replicas_fit(c.tpr, c.block, c.packs, c.cluster)) {
+    for (int r : {4, 2}) {
+      if (rows * r <= sms) {
+        c.replicas = r;
+        return c;
+      }
+    }
+  }
+  if (c.cluster != 1 || c.packs == 1) return c;
   int tpr = c.tpr * c.packs, packs = 1;
   if (tpr > kSpreadMaxTpr && c.tpr < kSpreadWideTpr) {
     packs = tpr / kSpreadWideTpr;
@@ -174,6 +207,7 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kTPR <= 32 || kBlock > max_block) return false;
   if (kCluster == 1 && kPacks == 1 && kBlock == kTPR) return budget.spread_small && kTPR <= kSpreadMaxTpr;
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
+  if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
   if (kCluster == 1) return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && budget.wide_first);
   if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs &&
@@ -197,6 +231,6 @@ constexpr bool tile_possible(TileBudget budget) {
   X(256, 256, 8, 2) X(256, 256, 8, 4) X(256, 256, 8, 8) X(256, 256, 8, 16)                             \
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
-  X(512, 512, 8, 16)
+  X(512, 512, 8, 16) X(256, 256, 1, 16)
 
 }  // namespace jaxnorm
