@@ -1,7 +1,6 @@
 // The norm forward's op and launch, shared by the norm and residual-add norm handlers.
 #pragma once
 
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/signatures.h"
@@ -42,9 +41,8 @@ ffi::Error run_norm_fwd(Op op, Rows s, bool aligned, cudaStream_t stream, const 
   if constexpr (SplitsPacks<Op>::value)
     op.split = vec && s.cols % 256 == 0 && s.cols >= kSplitPackCols && (op.gamma || op.beta);
   const DeviceFacts& d = device_facts();
-  static const bool temp_off = std::getenv("JAXNORM_TEMP_NO_REPLICAS") != nullptr;  // TEMP (A/B)
   const TileChoice c = spread_small_launch(choose_tile_for<Op>(s.cols, vec, d.clusters), s.rows, d.sms, Op::kBudget,
-                                           d.clusters, !temp_off);
+                                           d.clusters);
   FwdRunner<Op> runner{op, s.rows, s.cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);

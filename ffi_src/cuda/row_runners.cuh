@@ -31,7 +31,7 @@ struct FwdRunner {
   cudaStream_t stream;
   const char* what;
 
-  int replicas = 1;  // TileChoice::replicas
+  int replicas = 1;  // TileChoice::replicas: its launches load the parameters early (one wave)
 
   template <int kTPR, int kBlock, int kPacks, int kReplicas>
   ffi::Error replicated() {
@@ -49,6 +49,7 @@ struct FwdRunner {
     static const int resident = resident_workers(kernel, kBlock, kCluster);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows, kBlock / kTPR);
+    // Cluster tiles of one pack a thread are spread_small_launch's, launched for few rows.
     if constexpr (early_params<Op, kBlock, kPacks>() && (kCluster == 1 || kPacks == 1)) {
       auto early = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
       static const int early_resident = resident_workers(early, kBlock, kCluster);

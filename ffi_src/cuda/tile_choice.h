@@ -99,32 +99,31 @@ constexpr int kSpreadMaxTpr = 128;
 // 128 threads of 4 packs) spread to kSpreadWideTpr threads of 2 packs, not one (512 threads of
 // one pack lost, v17): 0.966-0.987x the time at 1-64 rows x 4096 bf16 (v18).
 constexpr int kSpreadWideTpr = 256;
-// Few rows of more than one CTA's packs: XLA's normalization fusions (Triton, an output tile of
-// [1, 256] a CTA) spread each row over 16 CTAs that each reduce the whole row and write 256
-// columns, so an SM reads the row but only its slice's parameters and writes only its slice; one
-// CTA a row, jaxnorm's, read and wrote it all on one SM, and trailed XLA by 0.3-1.5 us at 8 rows
-// x 2048-16384 bf16. Rows of kReplicatedPacks-pack CTA tiles (whole CTAs a row) get 4 CTAs a row
-// (else 2) while the rows' CTAs fit the SMs once: one CTA a row's packs p % replicas == its
-// slice. Rows of cluster tiles whose 16-CTA spread is kSpreadClusterTpr threads of one pack
-// (16384-32768 16-bit columns, 8192-16384 float32) take those clusters while rows x 16 fit the
-// SMs (rows split over a cluster, not replicated: 64 KB a row). Measured on an H100
-// (results/h100-rows.md, v20): replicas 0.71-0.96x the time at 1-64 rows x 2048-16384 (bf16,
-// float32), clusters of 16 0.53-0.65x at 1-8 rows x 32768 bf16; clusters of 2-8 CTAs of 64-128
-// threads (a row split, its sums exchanged) lost 8-38% from 1024 to 4096 columns.
+// Few rows wider than 128 threads' packs. XLA's normalization fusions (Triton, an output tile of
+// [1, 256] a CTA) spread each row over many CTAs that each reduce the whole row and write 256
+// columns: an SM reads the row, but only its slice's parameters, and writes only its slice. With
+// one CTA a row, one SM read and wrote it all, and jaxnorm trailed XLA by 0.4-2.8 us at 8 rows x
+// 2048-16384 bf16. Rows of kReplicatedPacks-pack CTA tiles (whole CTAs a row) now take 4 CTAs a
+// row (else 2) while the rows' CTAs fit the SMs once; replica j stores packs p % replicas == j
+// (FwdRunner, tile_fwd_kernel). Rows of cluster tiles whose 16-CTA spread is kSpreadClusterTpr
+// threads of one pack (16K-32K 16-bit columns, 8K-16K float32) take clusters of 16 while rows x 16
+// fit the SMs. Measured on an H100 against the previous choice (results/h100-rows.md, v20):
+// replicas 0.70-1.00x the time at 1-64 rows x 2048-16384 (bf16, float32); clusters of 16
+// 0.53-0.64x at 1-8 rows x 32768 bf16, 0.57-0.75x x 16384 float32. Rows split over clusters of
+// 2-8 CTAs of 64-128 threads (the sums exchanged, not replicated) lost 8-42% at 1024-4096 columns.
 constexpr int kReplicatedPacks = 4;
 constexpr int kSpreadClusterTpr = 256;
 inline bool replicas_fit(int tpr, int block, int packs, int cluster) {
   return cluster == 1 && tpr == block && packs == kReplicatedPacks;
 }
-inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget, bool clusters,
-                                     bool temp_new = true) {
+inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget, bool clusters) {
   if (!budget.spread_small || c.loop_tpr > 0 || rows <= 0) return c;
-  if (c.cluster > 1 && temp_new) {
+  if (c.cluster > 1) {
     if (clusters && int64_t{c.tpr} * c.packs * c.cluster == int64_t{kSpreadClusterTpr} * 16 && rows * 16 <= sms)
       c.tpr = c.block = kSpreadClusterTpr, c.packs = 1, c.cluster = 16;
     return c;
   }
-  if (temp_new && replicas_fit(c.tpr, c.block, c.packs, c.cluster)) {
+  if (replicas_fit(c.tpr, c.block, c.packs, c.cluster)) {
     for (int r : {4, 2}) {
       if (rows * r <= sms) {
         c.replicas = r;
