@@ -41,7 +41,7 @@ struct FwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    if constexpr (Op::kBudget.spread_small && kCluster == 1 && kTPR == kBlock && kPacks == kReplicatedPacks) {
+    if constexpr (Op::kBudget.spread_small && replicas_fit(kTPR, kBlock, kPacks, kCluster)) {
       if (replicas == 4) return replicated<kTPR, kBlock, kPacks, 4>();
       if (replicas == 2) return replicated<kTPR, kBlock, kPacks, 2>();
     }

@@ -113,7 +113,7 @@ constexpr int kSpreadWideTpr = 256;
 // 2-8 CTAs of 64-128 threads (the sums exchanged, not replicated) lost 8-42% at 1024-4096 columns.
 constexpr int kReplicatedPacks = 4;
 constexpr int kSpreadClusterTpr = 256;
-inline bool replicas_fit(int tpr, int block, int packs, int cluster) {
+constexpr bool replicas_fit(int tpr, int block, int packs, int cluster) {
   return cluster == 1 && tpr == block && packs == kReplicatedPacks;
 }
 inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget, bool clusters) {
