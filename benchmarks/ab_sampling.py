@@ -5,8 +5,8 @@ at each call), then compare the JSON files it writes.
     python benchmarks/ab_sampling.py LABEL BATCHES DTYPES METHODS [VOCABS]
     python benchmarks/ab_sampling.py rule 1,8,64,256 float32,bfloat16 "top_k=50;no filter" 32000,128256
 
-METHODS are `bench_sampling.METHODS` names or `sample` keywords (`top_p=0.6,temperature=0.8`),
-`;`-separated. Each line printed is one config's median device time (the JAX profiler's kernel
+METHODS are `bench_sampling.METHODS` names, `top_k op k=N`, or `sample` keywords
+(`top_p=0.6,temperature=0.8`), `;`-separated. Each line printed is one config's median device time (the JAX profiler's kernel
 events, inputs rotated over more memory than L2, as bench_sampling times it) and whether every
 drawn token lies in the reference's kept set; the medians go to $OUT/cl-LABEL.json (OUT defaults
 to /tmp).
@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 import jaxnorm  # noqa: E402
 
@@ -32,9 +33,14 @@ import device_time as dt  # noqa: E402
 
 
 def method(name):
-    """The function timed for a METHODS entry, and its check of (logits, output)."""
+    """The function timed for a METHODS entry (or `top_k op k=N`, any N), and its check of
+    (logits, output)."""
     if name in bs.METHODS:
         return bs.METHODS[name][0], lambda x, got: bs.check(name, x, got)
+    if name.startswith("top_k op k="):
+        n = int(name.split("=")[1])
+        return (lambda k, x: jaxnorm.top_k(x, n)), lambda x, got: bool(
+            np.array_equal(np.asarray(got[1]), np.asarray(jax.lax.top_k(x, n)[1])))
     kw = {k: float(v) if "." in v else int(v) for k, v in (item.split("=") for item in name.split(","))}
     return (lambda k, x: jaxnorm.sample(k, x, **kw)), lambda x, got: bs.check_kept(x, got, kw)
 
