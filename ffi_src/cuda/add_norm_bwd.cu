@@ -1,7 +1,8 @@
 // Residual-add + LayerNorm / RMSNorm backward CUDA handler: the norm backward's row kernels
-// reading h (or y) and dy, storing dx + dh (h's cotangent) in one pass.
-#include "common/add_norm_args.h"
-#include "cuda/norm_bwd_run.cuh"
+// reading h (or y) and dy, storing dx + dh (h's cotangent) in one pass, launched per dy dtype by
+// add_norm_bwd_typed.cuh.
+#include "cuda/add_norm_bwd.cuh"
+#include "cuda/device_types.cuh"
 
 namespace jaxnorm {
 namespace {
@@ -13,18 +14,11 @@ ffi::Error AddNormBwdCuda(cudaStream_t stream, ffi::AnyBuffer hin, ffi::AnyBuffe
                           bool centered, bool has_scale, bool has_bias, bool memory_efficient, bool has_dh) {
   Rows s;
   JN_RETURN_IF_ERROR(check_add_norm_bwd(hin, dy, dh, *dx, scale, bias, has_scale, has_bias, has_dh, &s));
-  return dispatch_add_norm_bwd<CudaTypes>(dy, hin, *dx, memory_efficient, [&](auto yt, auto at, auto ht) {
-    using T = typename decltype(yt)::type;
-    using A = typename decltype(at)::type;
-    using H = typename decltype(ht)::type;
-    const StorePlusDh<H> out{static_cast<H*>(dx->untyped_data()),
-                             has_dh ? static_cast<const H*>(dh.untyped_data()) : nullptr};
-    return with_bias_grad(has_bias, [&](auto bias_grad) {
-      const auto op = norm_bwd_op<T, A, decltype(bias_grad)::value>(
-          hin, dy, mean, rstd, scale, bias, out, s, eps, NormFlags{centered, has_scale, has_bias, memory_efficient});
-      return run_norm_bwd(op, s, aligned16(out.dx) && aligned16(out.dh), dscale, dbias, workspace, stream,
-                          "add_norm backward");
-    });
+  const AddNormBwdCall c{stream, hin,   dy,        dh, mean, rstd,     scale,     bias,     dx,
+                         dscale, dbias, workspace, s,  eps,  centered, has_scale, has_bias, memory_efficient,
+                         has_dh};
+  return dispatch_float<CudaTypes>(dy.element_type(), "dy", [&](auto t) {
+    return add_norm_bwd_typed<typename decltype(t)::type>(c);
   });
 }
 

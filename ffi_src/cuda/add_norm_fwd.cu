@@ -1,7 +1,8 @@
 // Residual-add + LayerNorm / RMSNorm forward CUDA handler: the norm forward's row kernels with
-// AddNormFwdOp's hooks (one read of x and r, one write of y and h).
-#include "common/add_norm_args.h"
-#include "cuda/norm_fwd_run.cuh"
+// AddNormFwdOp's hooks (one read of x and r, one write of y and h), launched per x dtype by
+// add_norm_fwd_typed.cuh.
+#include "cuda/add_norm_fwd.cuh"
+#include "cuda/device_types.cuh"
 
 namespace jaxnorm {
 namespace {
@@ -13,16 +14,9 @@ ffi::Error AddNormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   Rows s;
   JN_RETURN_IF_ERROR(check_add_norm_fwd(x, residual, scale, bias, has_scale, has_bias, &s));
   if (s.rows == 0 || s.cols == 0) return ffi::Error::Success();
-  return dispatch_add_norm_fwd<CudaTypes>(x, residual, *h, [&](auto xt, auto rt, auto ht) {
-    using T = typename decltype(xt)::type;
-    using R = typename decltype(rt)::type;
-    using H = typename decltype(ht)::type;
-    return with_centered(centered, [&](auto c) {
-      const AddNormFwdOp<T, R, H, c.value> op{
-          norm_fwd_op<T, c.value>(x, y, mean, rstd, scale, bias, s, eps, has_scale, has_bias),
-          static_cast<const R*>(residual.untyped_data()), static_cast<H*>(h->untyped_data())};
-      return run_norm_fwd(op, s, aligned16(op.residual) && aligned16(op.h), stream, "add_norm forward");
-    });
+  const AddNormFwdCall c{stream, x, residual, scale, bias, y, h, mean, rstd, s, eps, centered, has_scale, has_bias};
+  return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto t) {
+    return add_norm_fwd_typed<typename decltype(t)::type>(c);
   });
 }
 
