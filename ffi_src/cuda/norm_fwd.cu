@@ -1,6 +1,6 @@
-// LayerNorm / RMSNorm forward CUDA handler.
-#include "common/signatures.h"
-#include "cuda/norm_fwd_run.cuh"
+// LayerNorm / RMSNorm forward CUDA handler, launched per x dtype by norm_fwd_typed.cuh.
+#include "cuda/device_types.cuh"
+#include "cuda/norm_fwd.cuh"
 
 namespace jaxnorm {
 namespace {
@@ -11,12 +11,9 @@ ffi::Error NormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sca
   Rows s;
   JN_RETURN_IF_ERROR(check_norm_operands(x, scale, bias, has_scale, has_bias, &s));
   if (s.rows == 0 || s.cols == 0) return ffi::Error::Success();
+  const NormFwdCall c{stream, x, scale, bias, y, mean, rstd, s, eps, centered, has_scale, has_bias};
   return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return with_centered(centered, [&](auto c) {
-      const auto op = norm_fwd_op<T, c.value>(x, y, mean, rstd, scale, bias, s, eps, has_scale, has_bias);
-      return run_norm_fwd(op, s, true, stream, "norm forward");
-    });
+    return norm_fwd_typed<typename decltype(tag)::type>(c);
   });
 }
 
