@@ -14,7 +14,7 @@ ffi::Error AddNormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   Rows s;
   JN_RETURN_IF_ERROR(check_add_norm_fwd(x, residual, scale, bias, has_scale, has_bias, &s));
   if (s.rows == 0 || s.cols == 0) return ffi::Error::Success();
-  const AddNormFwdCall c{stream, x, residual, scale, bias, y, h, mean, rstd, s, eps, centered, has_scale, has_bias};
+  const AddNormFwdCall c{{stream, x, scale, bias, y, mean, rstd, s, eps, centered, has_scale, has_bias}, residual, h};
   return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto t) {
     return add_norm_fwd_typed<typename decltype(t)::type>(c);
   });

@@ -3,25 +3,16 @@
 // that the build compiles the dtypes' kernels in parallel.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include "common/add_norm_args.h"
+#include "cuda/norm_fwd.cuh"
 
 namespace jaxnorm {
 
+// The norm forward's operands (x, scale, bias; y, mean, rstd) and the residual and h.
 struct AddNormFwdCall {
-  cudaStream_t stream;
-  const ffi::AnyBuffer& x;
+  NormFwdCall norm;
   const ffi::AnyBuffer& residual;
-  const ffi::AnyBuffer& scale;
-  const ffi::AnyBuffer& bias;
-  ffi::Result<ffi::AnyBuffer>& y;
   ffi::Result<ffi::AnyBuffer>& h;
-  ffi::Result<ffi::AnyBuffer>& mean;
-  ffi::Result<ffi::AnyBuffer>& rstd;
-  Rows s;
-  float eps;
-  bool centered, has_scale, has_bias;
 };
 
 template <class T>

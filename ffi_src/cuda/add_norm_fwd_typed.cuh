@@ -9,16 +9,17 @@ namespace jaxnorm {
 
 template <class T>
 ffi::Error add_norm_fwd_typed(const AddNormFwdCall& c) {
-  return dispatch_add_norm_fwd_for<CudaTypes, T>(c.x.element_type(), c.residual.element_type(), c.h->element_type(),
+  const NormFwdCall& n = c.norm;
+  return dispatch_add_norm_fwd_for<CudaTypes, T>(n.x.element_type(), c.residual.element_type(), c.h->element_type(),
                                                  [&](auto, auto rt, auto ht) {
     using R = typename decltype(rt)::type;
     using H = typename decltype(ht)::type;
-    return with_centered(c.centered, [&](auto centered) {
+    return with_centered(n.centered, [&](auto centered) {
       const AddNormFwdOp<T, R, H, centered.value> op{
-          norm_fwd_op<T, centered.value>(c.x, c.y, c.mean, c.rstd, c.scale, c.bias, c.s, c.eps, c.has_scale,
-                                         c.has_bias),
+          norm_fwd_op<T, centered.value>(n.x, n.y, n.mean, n.rstd, n.scale, n.bias, n.s, n.eps, n.has_scale,
+                                         n.has_bias),
           static_cast<const R*>(c.residual.untyped_data()), static_cast<H*>(c.h->untyped_data())};
-      return run_norm_fwd(op, c.s, aligned16(op.residual) && aligned16(op.h), c.stream, "add_norm forward");
+      return run_norm_fwd(op, n.s, aligned16(op.residual) && aligned16(op.h), n.stream, "add_norm forward");
     });
   });
 }
