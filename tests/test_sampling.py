@@ -826,6 +826,42 @@ def test_top_k_value_scales(dtype, scale, shift, rng):
         np.testing.assert_array_equal(np.asarray(jaxnorm.top_k(x, k)[1]), np.asarray(jax.lax.top_k(x, k)[1]))
 
 
+def _total_order_top_k(x, k):
+    """Indices of the k largest of each row in lax.top_k's order: -NaN < -inf < ... < -0 < +0 < ...
+    < +inf < +NaN, ties by ascending index."""
+    b = np.asarray(x.astype(F32)).view(np.uint32)
+    keys = np.where(b & 0x80000000, ~b, b | 0x80000000).astype(np.int64)
+    return np.argsort(-keys, axis=-1, kind="stable")[:, :k]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("vocab", [700, 40000, pytest.param(128256, marks=pytest.mark.wide)])
+def test_top_k_one_read_matches_lax(dtype, vocab, rng, monkeypatch):
+    """On a GPU: top_k with its one-read kernel forced (JAXNORM_SAMPLING_ONE_READ=1,
+    stream_select.cuh: k up to 256), with the general passes forced (=0), and with the rule's
+    pick, each against lax.top_k, on batches that take either CTA size, k at and past the
+    delegates, and rows the one-read path must hand back or order at an edge: thousands of tied
+    maxima, a constant row, NaN and -inf scattered, +inf, all -inf, -0 and +0 mixed, moderate
+    ties. The reference is the documented total order (lax.top_k's on the CPU): on the GPU,
+    lax.top_k of k = 1, 2 over 40000 float32 columns misorders a row with NaN (XLA's own kernel)."""
+    for rows in (1, 8, 64, 200):
+        x = np.array(logits_of(rng, (rows, vocab), F32))
+        if rows >= 8:
+            x[:6] = np.asarray(_special_rows(rng, vocab, F32))[:6]
+            x[6] = np.where(rng.random(vocab) < 0.5, -0.0, 0.0)
+            x[7] = np.round(x[7], 1)
+        x = jnp.asarray(x, DTYPES[dtype])
+        for k in (1, 2, 50, 256, 257):
+            want = _total_order_top_k(x, k)
+            for switch in ("0", "1", None):
+                if switch is None:
+                    monkeypatch.delenv("JAXNORM_SAMPLING_ONE_READ", raising=False)
+                else:
+                    monkeypatch.setenv("JAXNORM_SAMPLING_ONE_READ", switch)
+                got = np.asarray(jaxnorm.top_k(x, k)[1])
+                np.testing.assert_array_equal(got, want, err_msg=f"{rows} rows, k={k}, switch {switch}")
+
+
 def test_top_k_vmap_and_grad(rng):
     x = logits_of(rng, (4, 3, 80), F32)
     v, i = jax.vmap(lambda r: jaxnorm.top_k(r, 6))(x)

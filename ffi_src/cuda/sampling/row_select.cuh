@@ -2,10 +2,11 @@
 // chunk of the row into shared memory once (the row's only DRAM read), and every later pass
 // (radix-select histograms, the Gumbel draw, the filtered store) reads those copies.
 //
-// Its kStream instance (the jaxnorm_sample_with_top_k target, where launch_select picks it) first
-// tries top-k rows by the one-read path of stream_select.cuh, which copies nothing; the rows it
-// hands back take the passes below, over global memory (its launches hold no chunk copy), as do
-// its rows without top-k: a read for the maximum, then the passes'.
+// Its kStream instances (the jaxnorm_sample_with_top_k target and top_k of k <= the CTA's threads,
+// where launch_select picks them) first try top-k rows by the one-read path of stream_select.cuh,
+// which copies nothing; the rows it hands back take the passes below, over global memory (its
+// launches hold no chunk copy), as do the sampler's rows without top-k: a read for the maximum,
+// then the passes'.
 //
 // The sampling modes first try one gather: a histogram of value bins finds the bin that holds the
 // top-k boundary (or, top-p alone, the top-p crossing), and the tokens at or above it (or in it),
@@ -62,14 +63,14 @@ constexpr bool kHoldsSums = kBias && sizeof(T) == sizeof(float);
 // once the finished-row test was in, 2 CTAs an SM. The filters and top_k of 256 threads keep
 // ptxas's choice (at 80 the filter with a bias spills). 512-thread CTAs (one an SM) say so: with
 // the sort's call in them and no bound, ptxas held one of them to 64 registers and spilled.
-// kStream: the sampler that tries the one-read top-k path (stream_select.cuh) first; the rows
-// that take it copy nothing, those it hands back re-read global memory. It asks for 2 CTAs
-// an SM (128 registers): held to 80, ptxas spilled 100-220 bytes in its general passes.
+// kStream: the sampler or top_k that tries the one-read top-k path (stream_select.cuh) first; the
+// rows that take it copy nothing, those it hands back re-read global memory. It asks for 2 CTAs
+// an SM (128 registers): held to 80, ptxas spilled 100-220 bytes in the sampler's general passes.
 template <class T, int kMode, bool kBias, int kThreads, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStream ? 2 : kMode == kSample ? 3 : 0)
     select_rows(const SelectArgs<T> a) {
   static_assert(!kBias || kMode != kTopK, "top_k takes no bias");
-  static_assert(!kStream || kMode == kSample, "the one-read path samples");
+  static_assert(!kStream || kMode != kFilter, "the one-read path samples or takes top_k");
   using S = T;
   constexpr bool kSums = kHoldsSums<T, kBias>;
   extern __shared__ __align__(16) unsigned char dyn[];
@@ -114,13 +115,20 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         constexpr int N = kVecOf<T>;
         prefetch_packs_l2<T, N>(grow, 0, min(n / N, 2 * kStreamRoundPacks<T, kBias> * kThreads));
       }
-      const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
-                                     a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
+      RowParams q{};
+      if constexpr (kMode == kTopK) {
+        q.use_k = true, q.k = a.k;
+      } else {
+        q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p, a.log_min_p, a.n_m,
+                       a.keys, a.n_keys, a.key_width);
+      }
       if (a.vec && q.use_k && q.k <= kThreads) {
-        if (stream_draw<T, kThreads, kBias>(cl, sh, grow, kBias ? a.bias + c0 : nullptr, n, c0,
-                                            static_cast<uint32_t>(a.cols - 1), q, cand + kCand, cand,
-                                            static_cast<int32_t*>(a.out) + r, rank == 0 && r + gridDim.y >= a.rows,
-                                            lmax)) {
+        int32_t* out = static_cast<int32_t*>(a.out) + (kMode == kTopK ? r * a.k : r);
+        // The lists follow CTA 0's gather buffer (the general passes' fallback gathers there).
+        unsigned long long* lists = cand + (a.gather_cap > kCand ? a.gather_cap : kCand);
+        if (stream_row<T, kThreads, kBias, kMode == kTopK>(cl, sh, grow, kBias ? a.bias + c0 : nullptr, n, c0,
+                                                           static_cast<uint32_t>(a.cols - 1), q, lists, cand, out,
+                                                           rank == 0 && r + gridDim.y >= a.rows, lmax)) {
           continue;
         }
         have_lmax = true;

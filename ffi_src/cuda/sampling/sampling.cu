@@ -162,6 +162,8 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     const TopKPlan p = top_k_plan<T>(s.rows, s.cols, kp);
     a.topk_window = p.window;
     a.gather_cap = radix_only() ? 0 : p.slots;
+    // The one-read path's delegate floor takes k of at most a CTA's threads.
+    a.stream = k <= kThreadsMany && !radix_only() && one_read_switch() != 0;
     return launch_select<T, kTopK, false>(stream, a, p.slots * 8, "top_k");
   });
 }

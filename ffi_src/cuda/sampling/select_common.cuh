@@ -58,7 +58,7 @@ struct SelectArgs {
   bool async_copy;     // resident chunks without a bias are copied by cp.async (launch_select)
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
-  bool stream;         // kSample: rows with top-k take the one-read path (stream_select.cuh)
+  bool stream;         // kSample rows with top-k, kTopK rows: the one-read path (stream_select.cuh)
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
 };
 

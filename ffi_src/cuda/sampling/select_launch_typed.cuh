@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -170,6 +171,20 @@ RowsLaunch stream_launch(SelectArgs<T>* a, int64_t extra_smem) {
   return l;
 }
 
+// Whether a one-read CTA's list is expected to hold its chunk's tokens at or above the floor for
+// a static k: the floor is about the k-th largest of the threads' first-round maxima, which a
+// token passes with probability ~1 - (1 - k / threads)^(1 / t) (t: the tokens a thread sees in a
+// round). Taken where that share of the chunk is at most half the list: a list past its capacity
+// hands the row to the general passes over global memory (same-call A/B, top_k k = 256 at
+// float32 256 x 32000: 134 us against 71 on the general kernel).
+template <class T, bool kBias>
+bool stream_lists_hold(const SelectArgs<T>& s, bool few, int64_t k) {
+  const double threads = few ? kThreadsFew : kThreadsMany;
+  const double t = kStreamRoundPacks<T, kBias> * kVecOf<T>;
+  const double share = 1.0 - std::pow(1.0 - std::min(1.0, static_cast<double>(k) / threads), 1.0 / t);
+  return share * static_cast<double>(s.chunk) <= kLocalCap / 2;
+}
+
 template <class T, int kMode, bool kBias, bool kStream>
 ffi::Error run_rows(cudaStream_t stream, const SelectArgs<T>& a, const RowsLaunch& l, const char* what) {
   return l.few ? Launch<T, kMode, kBias, kThreadsFew, kStream>::run(stream, a, l.p, what)
@@ -191,20 +206,24 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   // 128256): float32 64 rows 0.959-0.971x the time, 256 rows 0.944-0.961x; bfloat16 256 rows
   // 0.972x; but bfloat16 64 rows (one wave) 1.011-1.025x and batch 1 1.003-1.011x.
   g.async_copy = a.rows * general.p.cluster > device_facts().sms;
-  if constexpr (kMode == kSample) {
+  if constexpr (kMode != kFilter) {
     // The one-read top-k kernel (stream_select.cuh) with its own plan where rows queue for the SMs
     // (more CTAs than SMs in the general kernel's plan), or where the general kernel's chunks are
     // long (its passes there are instruction-bound). Same-call A/B against the general kernel, top-k
-    // 50 (h100-sampling.md, 8ef219c): 0.47x at float32 64 x 128256 (0.72x bfloat16), 0.43x / 0.39x
-    // at float32 / bfloat16 256 x 128256, 0.60x / 0.52x at 256 x 32000, 0.38-0.52x with a logits
-    // update; forced at 1-8 rows (fc08168's sweep), 0.91-1.34x (the latency of its steps on a
-    // row's critical path), so the general kernel stays there.
+    // 50 sampling (h100-sampling.md, 8ef219c): 0.47x at float32 64 x 128256 (0.72x bfloat16),
+    // 0.43x / 0.39x at float32 / bfloat16 256 x 128256, 0.60x / 0.52x at 256 x 32000, 0.38-0.52x
+    // with a logits update; forced at 1-8 rows (fc08168's sweep), 0.91-1.34x (the latency of its
+    // steps on a row's critical path), so the general kernel stays there. top_k takes the same rule
+    // where its k lets the lists hold the chunks (stream_lists_hold): same-call A/B at 66bf10a,
+    // k = 50 and 100, 0.42-0.68x at 64-256 x 128256 and 256 x 32000, 0.90-1.03x at 64 x 32000.
     if (a.stream) {
       SelectArgs<T> s = a;
       const bool queue = a.rows * general.p.cluster > device_facts().sms;
       if (queue || g.chunk >= kLongChunk || one_read_switch() == 1) {
         const RowsLaunch one_read = stream_launch<T, kMode, kBias>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
-        return run_rows<T, kMode, kBias, true>(stream, s, one_read, what);
+        if (kMode != kTopK || one_read_switch() == 1 || stream_lists_hold<T, kBias>(s, one_read.few, a.k)) {
+          return run_rows<T, kMode, kBias, true>(stream, s, one_read, what);
+        }
       }
     }
   }

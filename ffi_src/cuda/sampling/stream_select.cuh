@@ -1,17 +1,19 @@
-// Top-k sampling in one read of the row (kSample with top-k; a logits update's bias is added as the
-// chunk streams, in float32, as the general passes add it): each CTA streams its chunk
+// Top-k in one read of the row: the sampler's top-k rows (kSample; a logits update's bias is added
+// as the chunk streams, in float32, as the general passes add it) and the `top_k` op's rows of
+// k <= the CTA's threads (kTopK, on the raw keys of lax.top_k's order). Each CTA streams its chunk
 // from global memory once, without a shared-memory copy, and keeps in a list of its own the tokens
 // at or above a floor that its threads' largest tokens put under the chunk's k-th largest
 // (delegate_floor: k threads whose largest lie in bins >= B mean k tokens there). A histogram of
 // the list bounds the chunk's k-th largest key from below (theta), and the entries at or above it,
 // about k, are sorted. The row's k-th largest is at least every chunk's theta, and at least any
 // key that the chunks' published largest keys count k tokens above, so CTA 0 pulls from each
-// peer only the tokens at or above the best such bound (about k for the whole row) and resolves
-// top-k, top-p within it, min-p and the Gumbel-max draw as a fitting gather does
-// (resolve_candidates): the same thresholds, the same noise, the same token as the general passes.
-// A row it cannot take (a list past its capacity, as with thousands of tied tokens; a +inf or an
-// all -inf row; a pull past CTA 0's buffer) goes on to the general passes, which then re-read the
-// row from global memory.
+// peer only the tokens at or above the best such bound (about k for the whole row, every one of
+// the row's top k among them). The sampler resolves top-k, top-p within it, min-p and the
+// Gumbel-max draw as a fitting gather does (resolve_candidates): the same thresholds, the same
+// noise, the same token as the general passes; top_k sorts them and stores the first k indices.
+// A row it cannot take (a list past its capacity, as with thousands of tied tokens; a NaN in a
+// top_k row; a sampler's +inf or all -inf row; a pull past CTA 0's buffer) goes on to the general
+// passes, which then re-read the row from global memory.
 #pragma once
 
 #include "cuda/sampling/gather_select.cuh"
@@ -53,14 +55,24 @@ __device__ uint32_t block_max_key(SelectShared<kThreads>& sh, uint32_t key) {
   return static_cast<uint32_t>(block_max(sh, static_cast<int>(key ^ 0x80000000u))) ^ 0x80000000u;
 }
 
-// Row r's token by the one-read path into *out, or false (every CTA of the cluster alike) when
-// the row must take the general passes. `lmax` gets this thread's largest sampling value either
-// way (the general passes' delegate and maximum). Called by every thread of every CTA.
-template <class T, int kThreads, bool kBias>
-__device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow,
+// max.NaN: a NaN among the operands gives NaN (fmaxf drops it), so top_k's running maximum also
+// tells whether its chunk holds a NaN, which the float compares of the stream cannot order.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// Row r by the one-read path, or false (every CTA of the cluster alike) when the row must take
+// the general passes: kSample its token into *out, kTopK the indices of its q.k largest into
+// out[0, q.k). `lmax` gets this thread's largest sampling value either way (the sampler's general
+// passes' delegate and maximum). Called by every thread of every CTA.
+template <class T, int kThreads, bool kBias, bool kTopK = false>
+__device__ __noinline__ bool stream_row(const cg::cluster_group& cl, SelectShared<kThreads>& sh, const T* grow,
                                          const float* gbias, int n, int64_t c0, uint32_t last, const RowParams& q,
                                          unsigned long long* local, unsigned long long* cand, int32_t* out,
                                          bool last_row, float& lmax) {
+  static_assert(!(kBias && kTopK), "top_k takes no bias");
   constexpr int N = kVecOf<T>;
   constexpr int U = kStreamRoundPacks<T, kBias>;
   const int npk = n / N;  // the caller takes this path only for rows of whole packs
@@ -97,7 +109,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
     for (int u = 0; u < U; ++u) {
       if (!valid(u)) continue;
 #pragma unroll
-      for (int j = 0; j < N; ++j) vmax = fmaxf(vmax, logit(u, j));
+      for (int j = 0; j < N; ++j) vmax = kTopK ? fmax_nan(vmax, logit(u, j)) : fmaxf(vmax, logit(u, j));
     }
     if (base == 0) {  // the floor, from the first round's delegates
       const uint32_t kmax = order_key(__float_as_uint(vmax + 0.0f));  // -inf for a thread without tokens
@@ -136,20 +148,25 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
         for (int j = 0; j < N; ++j) {
           const float x = logit(u, j);
           if (!kept(x)) continue;
-          if (slot < kLocalCap) local[slot] = composite(order_key(__float_as_uint(sampling_value(x, false))), last, c0 + i0 + j);
+          // top_k's raw key (-0 below +0); the sampler's value (-0 as +0). Kept by the float
+          // compare either way: -0 >= +0, so a floor at +0 keeps both.
+          const float v = kTopK ? x : sampling_value(x, false);
+          if (slot < kLocalCap) local[slot] = composite(order_key(__float_as_uint(v)), last, c0 + i0 + j);
           ++slot;
         }
       }
     }
   }
   lmax = vmax + 0.0f;
-  __syncthreads();
+  // A NaN anywhere in a top_k chunk hands the row back: the whole CTA's verdict (a thread's own
+  // would split the barriers below between its threads).
+  const bool nan_chunk = __syncthreads_or(kTopK && vmax != vmax) != 0;
 
   // A bound theta <= the chunk's k-th largest key: the edge of the bin where a histogram of the
   // list (256 bins over its key range) counts k from the top. Only the entries at or above it
   // (about k) are compacted and sorted; the rest can hold no token of the row's top-k.
   const uint32_t nl = sh.nlocal;
-  bool over = nl > static_cast<uint32_t>(kLocalCap);
+  bool over = nl > static_cast<uint32_t>(kLocalCap) || nan_chunk;
   unsigned long long* comp = local + kLocalCap;
   uint32_t theta = 0, at = 0;
   if (!over) {
@@ -218,7 +235,7 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   __syncthreads();
   if (!sh.stream_ok) return false;
   const float m = key_value(sh.row_max);
-  if (m == INFINITY || m == -INFINITY) return false;  // the general passes' special rows
+  if (!kTopK && (m == INFINITY || m == -INFINITY)) return false;  // the sampler's special rows
 
   if (rank == 0) {
     // A tighter bound than the largest chunk k-th key t0: the largest published key t that
@@ -267,7 +284,8 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
     const uint32_t got = sh.ncand;
     __syncthreads();
     if (threadIdx.x == 0) {
-      sh.stream_ok = got <= static_cast<uint32_t>(kCand);
+      // got >= k always holds (t0 is at most the row's k-th largest key); checked, not assumed.
+      sh.stream_ok = got <= static_cast<uint32_t>(kCand) && (!kTopK || got >= static_cast<uint32_t>(q.k));
       if (!sh.stream_ok) sh.ncand = 0;  // the general passes gather afresh
     }
   }
@@ -275,6 +293,18 @@ __device__ __noinline__ bool stream_draw(const cg::cluster_group& cl, SelectShar
   if (!*cl.map_shared_rank(&sh.stream_ok, 0)) return false;
   if (rank == 0) {
     if (last_row) arrive_early(&sh.arrived);
+    if constexpr (kTopK) {
+      const int got = static_cast<int>(sh.ncand);
+      int kp = 2;
+      while (kp < got) kp <<= 1;
+      for (int i = got + threadIdx.x; i < kp; i += kThreads) cand[i] = 0;
+      __syncthreads();
+      sort_desc<kThreads>(cand, got, kp);
+      for (int i = threadIdx.x; i < q.k; i += kThreads) out[i] = static_cast<int32_t>(last - static_cast<uint32_t>(cand[i]));
+      __syncthreads();  // every read of cand is done before the next row's pull
+      if (threadIdx.x == 0) sh.ncand = 0;
+      return true;
+    }
     Gather g;
     g.fits = g.all = true;
     g.n = static_cast<int>(sh.ncand);
