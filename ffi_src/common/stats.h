@@ -71,6 +71,12 @@ JN_HD void welford_push(WelfordT<F>& s, F v) {
 // equal: the mean is the average of the two means plus delta * (nb - na) / 2n, so a constant row
 // keeps its mean exactly and x - mean is exactly zero.
 JN_HD Welford welford_merge(Welford a, Welford b) {
+  if (a.count == b.count) {
+    // A butterfly's common case (threads of equal counts), checked first: n_a n_b / n = n_a / 2
+    // exactly, so no reciprocal waits on the merged count. Two empty sets give the identity.
+    const float delta = b.mean - a.mean;
+    return {a.count + b.count, 0.5f * a.mean + 0.5f * b.mean, (a.m2 + b.m2) + delta * delta * (0.5f * a.count)};
+  }
   if (a.count == 0.f) return b;
   if (b.count == 0.f) return a;
   const float n = a.count + b.count;
