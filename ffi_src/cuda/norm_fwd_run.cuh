@@ -28,6 +28,7 @@ NormFwdOp<T, kCentered> norm_fwd_op(const ffi::AnyBuffer& x, ffi::Result<ffi::An
           has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr,
           s.cols,
           eps,
+          1.0f / static_cast<float>(s.cols),
           has_scale,
           has_bias};
 }

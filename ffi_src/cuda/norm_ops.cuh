@@ -54,6 +54,9 @@ struct NormFwdOp {
   const float* beta;
   int64_t cols;
   float eps;
+  // 1 / cols, rounded on the host: the variance as a product, with nothing computed beside the
+  // sums (a reciprocal taken in the kernel was hoisted, 14 more registers in 8-pack tiles).
+  float inv_cols;
   bool has_scale, has_bias;
   bool split = false;  // whether the row's packs are split: run_norm_fwd, tile_fwd_kernel
 
@@ -80,13 +83,17 @@ struct NormFwdOp {
     else s = fmaf(v, v, s);
   }
 
-  // A thread's sums run in kChains independent chains, added at the end: one chain of 32
-  // dependent adds (4 bf16 packs) was ~130 cycles of a few-row launch's critical path.
-  static constexpr int kChains = 4;
+  // A thread of up to 4 packs sums in 4 independent chains, added at the end: one chain of 32
+  // dependent adds (4 bf16 packs) was ~130 cycles of a few-row launch's critical path (same-call
+  // A/B at d491d7a: 0.91-0.99x the time at 1-64 rows x 2048-32768). Wider tiles keep one chain:
+  // with four, float32 8-pack cluster tiles took 13-15 more registers and RMSNorm 1.02x the time
+  // at 2048 x 65536 and 8192 x 16384 (results/h100-rows.md, v21).
+  template <int P>
+  static constexpr int kChains = P <= 4 ? 4 : 1;
   template <int C>
   __device__ static float chains_sum(const float (&c)[C]) {
-    static_assert(C == 4, "pairwise sum of four chains");
-    return (c[0] + c[1]) + (c[2] + c[3]);
+    if constexpr (C == 4) return (c[0] + c[1]) + (c[2] + c[3]);
+    else return c[0];
   }
 
   // The thread's statistics: RMSNorm's sum of squares in one pass, LayerNorm's below.
@@ -94,14 +101,15 @@ struct NormFwdOp {
   __device__ Stats thread_stats(const Held (&v)[P], const bool (&ok)[P]) const {
     constexpr int N = kVecOf<T>;
     if constexpr (!kCentered) {
-      float m2[kChains] = {};
+      constexpr int C = kChains<P>;
+      float m2[C] = {};
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         if (ok[p]) {
 #pragma unroll
           for (int i = 0; i < N; ++i) {
             const float e = element(v[p], i);
-            m2[i % kChains] = fmaf(e, e, m2[i % kChains]);
+            m2[i % C] = fmaf(e, e, m2[i % C]);
           }
         }
       }
@@ -117,24 +125,25 @@ struct NormFwdOp {
   template <class Held, int P>
   __device__ Welford centered_stats(const Held (&v)[P], const bool (&ok)[P]) const {
     constexpr int N = kVecOf<T>;
-    float n = 0.f, sum[kChains] = {};
+    constexpr int C = kChains<P>;
+    float n = 0.f, sum[C] = {};
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (ok[p]) {
         n += N;
 #pragma unroll
-        for (int i = 0; i < N; ++i) sum[i % kChains] += element(v[p], i);
+        for (int i = 0; i < N; ++i) sum[i % C] += element(v[p], i);
       }
     }
     const float mean = n > 0.f ? chains_sum(sum) / n : 0.f;
-    float m2[kChains] = {};
+    float m2[C] = {};
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (ok[p]) {
 #pragma unroll
         for (int i = 0; i < N; ++i) {
           const float d = element_again(v[p], i) - mean;
-          m2[i % kChains] = fmaf(d, d, m2[i % kChains]);
+          m2[i % C] = fmaf(d, d, m2[i % C]);
         }
       }
     }
@@ -153,9 +162,9 @@ struct NormFwdOp {
 
   __device__ Row finalize(Stats s, Stats, int64_t row, bool writer) const {
     Row r;
-    // The variance as a product with the count's reciprocal, which does not wait on the sum.
-    if constexpr (kCentered) r = {s.mean, norm_rstd(s.m2 * __frcp_rn(s.count), eps)};
-    else r = {0.f, norm_rstd(s * __frcp_rn(static_cast<float>(cols)), eps)};
+    // The variance as a product (the count of a reduced row is cols): no division after the sums.
+    if constexpr (kCentered) r = {s.mean, norm_rstd(s.m2 * inv_cols, eps)};
+    else r = {0.f, norm_rstd(s * inv_cols, eps)};
     if (writer) {
       mean_out[row] = r.mean;
       rstd_out[row] = r.rstd;
