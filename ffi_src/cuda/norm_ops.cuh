@@ -54,8 +54,8 @@ struct NormFwdOp {
   const float* beta;
   int64_t cols;
   float eps;
-  // 1 / cols, rounded on the host: the variance as a product, with nothing computed beside the
-  // sums (a reciprocal taken in the kernel was hoisted, 14 more registers in 8-pack tiles).
+  // 1 / cols, rounded on the host: the variance is a product, where a division after the sums
+  // took ~10 instructions and a slow-path check on a few-row launch's critical path.
   float inv_cols;
   bool has_scale, has_bias;
   bool split = false;  // whether the row's packs are split: run_norm_fwd, tile_fwd_kernel
@@ -84,10 +84,10 @@ struct NormFwdOp {
   }
 
   // A thread of up to 4 packs sums in 4 independent chains, added at the end: one chain of 32
-  // dependent adds (4 bf16 packs) was ~130 cycles of a few-row launch's critical path (same-call
-  // A/B at d491d7a: 0.91-0.99x the time at 1-64 rows x 2048-32768). Wider tiles keep one chain:
-  // with four, float32 8-pack cluster tiles took 13-15 more registers and RMSNorm 1.02x the time
-  // at 2048 x 65536 and 8192 x 16384 (results/h100-rows.md, v21).
+  // dependent adds (4 bf16 packs) was ~130 cycles of a few-row launch's critical path. Wider
+  // tiles (many rows or wide rows, bandwidth-bound) keep one chain. With the merges and the
+  // variance below, same-call A/B at a016c39: 0.89-0.98x the time at 1-64 rows x 2048-32768,
+  // 0.99-1.00x at 2^27 elements (results/h100-rows.md, v21).
   template <int P>
   static constexpr int kChains = P <= 4 ? 4 : 1;
   template <int C>
