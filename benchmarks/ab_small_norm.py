@@ -1,6 +1,7 @@
-"""Same-call A/B runs of the norm forwards of few rows (latency-bound launches): the device time of
-jitted RMSNorm and LayerNorm forwards (the JAX profiler's kernel events) at 1-64 rows x 2048-32768
-columns, bf16 and float32, with float32 scale and bias, for one build or environment switch
+"""Same-call A/B runs of the row forwards of few rows (latency-bound launches): the device time of
+jitted RMSNorm, LayerNorm and softmax forwards (the JAX profiler's kernel events) at 1-64 rows x
+2048-32768 columns, bf16 and float32, the norms with float32 scale and bias (OPS, or the
+comma list in $AB_OPS: rms,ln,softmax), for one build or environment switch
 (LABEL; a LABEL starting with "xla" times jaxnorm.reference instead), written to DIR/LABEL.json.
 Each output is checked against the reference in float32 (the largest error is printed; a bf16
 error above 0.1 or a float32 one above 1e-3 stops the run).
@@ -22,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 WIDTHS = {"bfloat16": (2048, 4096, 8192, 16384, 32768), "float32": (2048, 4096, 8192, 16384)}
 ROWS = (1, 8, 32, 64)
+OPS = ("rms", "ln", "softmax")
 
 
 def run(label, out_dir):
@@ -42,9 +44,10 @@ def run(label, out_dir):
             bi = jnp.asarray(g.standard_normal(d), jnp.float32)
             for rows in ROWS:
                 xs = [(jnp.asarray(3 + g.standard_normal((rows, d)), dt),) for _ in range(8)]
-                for op in ("rms", "ln"):
+                for op in os.environ.get("AB_OPS", ",".join(OPS)).split(","):
                     def make(m, op=op):
-                        return jax.jit(lambda x: m.rms_norm(x, sc) if op == "rms" else m.layer_norm(x, sc, bi))
+                        return jax.jit({"rms": lambda x: m.rms_norm(x, sc), "ln": lambda x: m.layer_norm(x, sc, bi),
+                                        "softmax": lambda x: m.softmax(x)}[op])
                     f = make(lib)
                     y = np.asarray(f(*xs[0]).astype(jnp.float32))
                     ref = np.asarray(make(jaxnorm.reference)(xs[0][0].astype(jnp.float32)))

@@ -66,30 +66,6 @@ def test_partial_warp_rows(op, shape, dtype, rng):
 
 
 # ---------------------------------------------------------------------------------------------
-# Launch sizes: on the GPU a forward of few rows of at most 128 threads' packs is spread to one
-# pack a thread (tile_choice.h, spread_small_launch); more rows keep several packs a thread. Both
-# forms of each width: row counts on either side of an H100's threshold (132 SMs x 128 threads
-# over the threads a row), and widths past the spread's. Wider rows of few rows are replicated
-# (4 CTAs a row up to 33 rows, 2 up to 66) or split over clusters of 16 (16K-32K 16-bit columns,
-# 8K-16K float32, up to 8 rows): row counts on both sides of those bounds, widths that leave
-# some of a replica's packs past the row's end.
-
-
-@op_params(NORMS)
-@pytest.mark.parametrize("shape,dtype", [((8, 768), "bfloat16"), ((300, 768), "bfloat16"),
-                                         ((64, 512), "bfloat16"), ((8, 4096), "bfloat16"), ((200, 4096), "bfloat16"),
-                                         ((8, 2048), "float32"), ((200, 2048), "float32"),
-                                         ((8, 1024), "float32"), ((8, 256), "float32"), ((500, 256), "float32"),
-                                         ((8, 128), "float16"), ((2000, 128), "float16"),
-                                         ((1, 2048), "bfloat16"), ((33, 3000), "bfloat16"), ((34, 8192), "bfloat16"),
-                                         ((66, 16384), "bfloat16"), ((67, 16384), "bfloat16"), ((5, 12288), "float32"),
-                                         ((8, 32768), "bfloat16"), ((9, 32768), "float16"), ((3, 20000), "bfloat16"),
-                                         ((8, 16384), "float32")], ids=str)
-def test_small_and_large_launches(op, shape, dtype, rng):
-    check_op(op, rng, shape, DTYPES[dtype])
-
-
-# ---------------------------------------------------------------------------------------------
 # Hard rows
 
 

@@ -49,17 +49,19 @@ def test_random_mask(op, dtype, rng):
 
 @op_params(SOFTMAXES)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_mask_on_cluster_rows(op, dtype, rng):
-    """Rows wide enough for the GPU's cluster tiles (32768 16-bit columns), whose threads may hold
-    the row as loaded with the masked elements set to -inf: random and banded masks, a fully
-    masked row, and a row masked but for one element."""
-    rows, cols = 5, 32768
+@pytest.mark.parametrize("cols", [32768, 4096, 3000])
+def test_mask_on_cluster_rows(op, dtype, cols, rng):
+    """Few rows wide enough for the GPU's spread launches: 32768 16-bit columns split over clusters
+    of 16 CTAs, whose threads may hold the row as loaded with the masked elements set to -inf;
+    4096 and 3000 replicated over 4 CTAs that each store a slice (3000: packs past the row's
+    end). Random and banded masks, a fully masked row, and a row masked but for one element."""
+    rows = 5
     x = make_x(op, rng, (rows, cols), DTYPES[dtype])
     where = rng.random((rows, cols)) < 0.7
     where[2, : cols // 2] = False  # half the row's threads hold nothing unmasked
     where[3] = False
     where[4] = False
-    where[4, 12345] = True
+    where[4, cols * 3 // 8] = True
     y, dx = check_masked(op, rng, x, jnp.asarray(where))
     np.testing.assert_array_equal(as_f64(y)[3], -np.inf if op is LOG_SOFTMAX else 0.0)
     np.testing.assert_array_equal(as_f64(dx)[3], 0.0)

@@ -56,8 +56,9 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   using Merge = MaxSumMerge;
   // 16-bit rows in 8-pack tiles are held as loaded, each exp taken twice (thread_stats(), then
   // from_held()): 256-thread cluster tiles, three a SM, 2-6% faster than keeping the exps as
-  // floats in 512-thread tiles of 4 packs (results/h100-rows.md, v11).
-  static constexpr TileBudget kBudget = kHeldRowForwardBudget;
+  // floats in 512-thread tiles of 4 packs (results/h100-rows.md, v11). Launches of few rows are
+  // spread as the norms' are (spread_small_launch).
+  static constexpr TileBudget kBudget = with_small_spread(kHeldRowForwardBudget);
   static constexpr bool kCanHoldRaw = true;
   static constexpr int kRawMinPacks = 8;  // below, thread_stats() leaves each exp for store()
   using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;
