@@ -189,14 +189,24 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
 
   struct Row {
     SoftmaxRow row;
-    float scale;  // softmax: exp(thread max - row max) / sum
+    float scale;  // softmax: exp(thread max - row max) / sum; 16-bit: exp(thread max - row max)
     float mine;   // the thread's max
   };
+
+  // 16-bit rows apply exp(thread max - row max) and 1/sum one after the other (scaled()): the sum
+  // carries 2^kExpBias, and their product underflows float for a thread whose max lies ~60 below
+  // the row's (one pack a thread in a spread launch), where each output is still a normal float.
+  static constexpr bool kScaleApart = sizeof(T) == 2;
+  __device__ float scaled(float v, const Row& r) const {
+    if constexpr (kScaleApart) return (v * r.scale) * r.row.k;
+    else return v * r.scale;
+  }
 
   // An all -inf row gives exp(-inf - -inf) = NaN, as jax.nn.softmax does.
   __device__ Row finalize(Stats s, Stats mine, int64_t, bool) const {
     const SoftmaxRow r = softmax_row(s.max, s.sum, log);
-    return {r, log ? 0.f : expf(mine.max - s.max) * r.k, mine.max};
+    const float e = expf(mine.max - s.max);
+    return {r, log ? 0.f : kScaleApart ? e : e * r.k, mine.max};
   }
 
   template <int N>
@@ -222,7 +232,7 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
         for (int i = 0; i < N; ++i) out[i] = softmax_apply(v[i], true, r.row, true);
       } else {
 #pragma unroll
-        for (int i = 0; i < N; ++i) out[i] = v[i] * r.scale;
+        for (int i = 0; i < N; ++i) out[i] = scaled(v[i], r);
       }
     } else {
       float keep[N];
@@ -232,7 +242,7 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
         if (log) {
           out[i] = softmax_apply(v[i], keep[i] != 0.f, r.row, true);
         } else {
-          out[i] = keep[i] != 0.f ? v[i] * r.scale : 0.f;
+          out[i] = keep[i] != 0.f ? scaled(v[i], r) : 0.f;
         }
       }
     }
