@@ -205,8 +205,8 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // An all -inf row gives exp(-inf - -inf) = NaN, as jax.nn.softmax does.
   __device__ Row finalize(Stats s, Stats mine, int64_t, bool) const {
     const SoftmaxRow r = softmax_row(s.max, s.sum, log);
-    const float e = expf(mine.max - s.max);
-    return {r, log ? 0.f : kScaleApart ? e : e * r.k, mine.max};
+    if constexpr (kScaleApart) return {r, log ? 0.f : expf(mine.max - s.max), mine.max};
+    else return {r, log ? 0.f : expf(mine.max - s.max) * r.k, mine.max};
   }
 
   template <int N>
