@@ -41,12 +41,7 @@ ffi::Error run_norm_fwd(Op op, Rows s, bool aligned, cudaStream_t stream, const 
                    aligned16(op.gamma) && aligned16(op.beta);
   if constexpr (SplitsPacks<Op>::value)
     op.split = vec && s.cols % 256 == 0 && s.cols >= kSplitPackCols && (op.gamma || op.beta);
-  const DeviceFacts& d = device_facts();
-  const TileChoice c = spread_small_launch(choose_tile_for<Op>(s.cols, vec, d.clusters), s.rows, d.sms, Op::kBudget,
-                                           d.clusters);
-  FwdRunner<Op> runner{op, s.rows, s.cols, stream, what};
-  runner.replicas = c.replicas;
-  return run_choice<Op>(c, runner);
+  return run_fwd(op, s.rows, s.cols, vec, stream, what);
 }
 
 }  // namespace jaxnorm

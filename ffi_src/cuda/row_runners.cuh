@@ -71,6 +71,18 @@ struct FwdRunner {
   }
 };
 
+// A row forward: the op's tile for the width, launches of few rows spread where the op's budget
+// allows it (spread_small_launch: replicas, one pack a thread, clusters of 16).
+template <class Op>
+ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
+  const DeviceFacts& d = device_facts();
+  const TileChoice c =
+      spread_small_launch(choose_tile_for<Op>(cols, vec, d.clusters), rows, d.sms, Op::kBudget, d.clusters);
+  FwdRunner<Op> runner{op, rows, cols, stream, what};
+  runner.replicas = c.replicas;
+  return run_choice<Op>(c, runner);
+}
+
 // Backward over `groups` independent groups of rows; for ops with column sums (the norms'
 // scale/bias gradients) each worker writes one partial row of the workspace (groups, ws_rows,
 // 2, cols), then reduce_partials_kernel sums them in a fixed order.

@@ -18,12 +18,7 @@ ffi::Error softmax_fwd_typed(cudaStream_t stream, const ffi::AnyBuffer& x, const
          s.cols},
         static_cast<T*>(y->untyped_data()), log};
   const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.mask);
-  const DeviceFacts& d = device_facts();
-  const TileChoice c = spread_small_launch(choose_tile_for<Op>(s.cols, vec, d.clusters), s.rows, d.sms, Op::kBudget,
-                                           d.clusters);
-  FwdRunner<Op> runner{op, s.rows, s.cols, stream, "softmax forward"};
-  runner.replicas = c.replicas;
-  return run_choice<Op>(c, runner);
+  return run_fwd(op, s.rows, s.cols, vec, stream, "softmax forward");
 }
 
 template <class T>
