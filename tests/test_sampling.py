@@ -838,20 +838,27 @@ def _total_order_top_k(x, k):
 @pytest.mark.parametrize("vocab", [700, 40000, pytest.param(128256, marks=pytest.mark.wide)])
 def test_top_k_one_read_matches_lax(dtype, vocab, rng, monkeypatch):
     """On a GPU: top_k with its one-read kernel forced (JAXNORM_SAMPLING_ONE_READ=1,
-    stream_select.cuh: k up to 256), with the general passes forced (=0), and with the rule's
-    pick, each against lax.top_k, on batches that take either CTA size, k at and past the
-    delegates, and rows the one-read path must hand back or order at an edge: thousands of tied
-    maxima, a constant row, NaN and -inf scattered, +inf, all -inf, -0 and +0 mixed, moderate
-    ties. The reference is the documented total order (lax.top_k's on the CPU): on the GPU,
-    lax.top_k of k = 1, 2 over 40000 float32 columns misorders a row with NaN (XLA's own kernel)."""
+    stream_select.cuh: k up to 1024, past a CTA's threads by the rising floor), with the general
+    passes forced (=0), and with the rule's pick, each against lax.top_k, on batches that take
+    either CTA size, k at and past the delegates, and rows the one-read path must hand back or
+    order at an edge: thousands of tied maxima, a constant row, NaN and -inf scattered, +inf, all
+    -inf, -0 and +0 mixed, moderate ties, ascending and descending rows (every round of an
+    ascending row passes the floor: its list overflows mid-row). The reference is the documented
+    total order (lax.top_k's on the CPU): on the GPU, lax.top_k of k = 1, 2 over 40000 float32
+    columns misorders a row with NaN (XLA's own kernel)."""
     for rows in (1, 8, 64, 200):
         x = np.array(logits_of(rng, (rows, vocab), F32))
         if rows >= 8:
             x[:6] = np.asarray(_special_rows(rng, vocab, F32))[:6]
             x[6] = np.where(rng.random(vocab) < 0.5, -0.0, 0.0)
             x[7] = np.round(x[7], 1)
+        if rows >= 64:
+            x[8] = np.sort(x[8])
+            x[9] = np.sort(x[9])[::-1]
         x = jnp.asarray(x, DTYPES[dtype])
-        for k in (1, 2, 50, 256, 257):
+        for k in (1, 2, 50, 256, 257, 600, 1024):
+            if k > vocab:
+                continue
             want = _total_order_top_k(x, k)
             for switch in ("0", "1", None):
                 if switch is None:

@@ -2,8 +2,8 @@
 // chunk of the row into shared memory once (the row's only DRAM read), and every later pass
 // (radix-select histograms, the Gumbel draw, the filtered store) reads those copies.
 //
-// Its kStream instances (the jaxnorm_sample_with_top_k target and top_k of k <= the CTA's threads,
-// where launch_select picks them) first try top-k rows by the one-read path of stream_select.cuh,
+// Its kStream instances (the jaxnorm_sample_with_top_k target and top_k of k <= 1024, where
+// launch_select picks them) first try top-k rows by the one-read path of stream_select.cuh,
 // which copies nothing; the rows it hands back take the passes below, over global memory (its
 // launches hold no chunk copy), as do the sampler's rows without top-k: a read for the maximum,
 // then the passes'.
@@ -122,12 +122,15 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p, a.log_min_p, a.n_m,
                        a.keys, a.n_keys, a.key_width);
       }
-      if (a.vec && q.use_k && q.k <= kThreads) {
+      const bool rising = kMode == kTopK && a.rising;
+      if (a.vec && q.use_k && (q.k <= kThreads || rising)) {
         int32_t* out = static_cast<int32_t*>(a.out) + (kMode == kTopK ? r * a.k : r);
         // The lists follow CTA 0's gather buffer (the general passes' fallback gathers there).
         unsigned long long* lists = cand + (a.gather_cap > kCand ? a.gather_cap : kCand);
+        const StreamLists ls{lists, lists + a.local_cap, static_cast<int>(a.local_cap), static_cast<int>(a.comp_cap),
+                             rising};
         if (stream_row<T, kThreads, kBias, kMode == kTopK>(cl, sh, grow, kBias ? a.bias + c0 : nullptr, n, c0,
-                                                           static_cast<uint32_t>(a.cols - 1), q, lists, cand, out,
+                                                           static_cast<uint32_t>(a.cols - 1), q, ls, cand, out,
                                                            rank == 0 && r + gridDim.y >= a.rows, lmax)) {
           continue;
         }

@@ -60,6 +60,7 @@ SelectArgs<T> select_args(const ffi::AnyBuffer& x, const SamplingOperands& o, vo
   }
   a.out = out;
   a.gather_cap = radix_only() ? 0 : kCand;
+  a.local_cap = kLocalCap, a.comp_cap = kCompCap;
   return a;
 }
 
@@ -162,8 +163,10 @@ ffi::Error TopKCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     const TopKPlan p = top_k_plan<T>(s.rows, s.cols, kp);
     a.topk_window = p.window;
     a.gather_cap = radix_only() ? 0 : p.slots;
-    // The one-read path's delegate floor takes k of at most a CTA's threads.
-    a.stream = k <= kThreadsMany && !radix_only() && one_read_switch() != 0;
+    // The one-read path: its lists hold about k entries at or above theta and take in about
+    // k ln(chunk / first round) with the rising floor, which compacts at half the list.
+    a.stream = k <= kStreamKMax && !radix_only() && one_read_switch() != 0;
+    a.local_cap = std::max<int64_t>(kLocalCap, 4 * kp), a.comp_cap = std::max<int64_t>(kCompCap, 2 * kp);
     return launch_select<T, kTopK, false>(stream, a, p.slots * 8, "top_k");
   });
 }

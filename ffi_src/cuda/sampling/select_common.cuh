@@ -59,17 +59,25 @@ struct SelectArgs {
   int64_t k;           // kTopK
   int64_t cand_offset; // kTopK: byte offset of CTA 0's candidate buffer in dynamic shared memory
   bool stream;         // kSample rows with top-k, kTopK rows: the one-read path (stream_select.cuh)
+  bool rising;         // kTopK: the one-read floor from the first round's tokens, raised as the list fills
+  int64_t local_cap;   // the one-read lists: entries of a CTA's list (and of CTA 0's top_k merge)
+  int64_t comp_cap;    // and of its entries at or above theta, sorted
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
 };
 
-// What a CTA of the one-read top-k path (stream_select.cuh) publishes of its list for its peers.
+// The one-read top-k path (stream_select.cuh): its lists' default capacities (the sampler's; top_k
+// sizes them by k), the largest k it takes (top_k, with the rising floor), and what a CTA
+// publishes of its list for its peers.
+constexpr int kLocalCap = 2048;  // entries of a CTA's own list (16 KB of shared memory)
+constexpr int kCompCap = 512;    // and of its entries at or above theta, sorted (4 KB)
+constexpr int kStreamKMax = 1024;
 constexpr int kStreamTop = 16;
 struct StreamStatus {
   uint32_t kth;              // a key the chunk has k tokens at or above (0: it has fewer than k)
   uint32_t max;              // the chunk's largest key (0: no token)
   uint32_t at;               // its tokens at or above kth, sorted in its compacted list
   uint32_t over;             // the list overflowed
-  uint32_t top[kStreamTop];  // the chunk's largest keys, descending (0 past its tokens)
+  uint32_t top[kStreamTop];  // the keys of ranks step, 2 step, ... of its sorted list (0 past its tokens)
 };
 
 template <int kThreads>
@@ -109,6 +117,7 @@ struct SelectShared {
   uint32_t peer_at[kMaxCluster];        // each peer's compacted entries
   uint32_t peer_kth[kMaxCluster];       // and the key they lie at or above
   uint32_t peer_top[kMaxCluster][kStreamTop];
+  uint32_t peer_n[kMaxCluster];         // top_k: each peer's entries that CTA 0 merges
   uint32_t pull_from, row_max;          // the bound CTA 0 pulls from; the row's largest key
   bool stream_ok;                       // the row takes the path (CTA 0's, after its pull)
 };

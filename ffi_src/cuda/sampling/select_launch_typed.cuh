@@ -182,7 +182,7 @@ bool stream_lists_hold(const SelectArgs<T>& s, bool few, int64_t k) {
   const double threads = few ? kThreadsFew : kThreadsMany;
   const double t = kStreamRoundPacks<T, kBias> * kVecOf<T>;
   const double share = 1.0 - std::pow(1.0 - std::min(1.0, static_cast<double>(k) / threads), 1.0 / t);
-  return share * static_cast<double>(s.chunk) <= kLocalCap / 2;
+  return share * static_cast<double>(s.chunk) <= static_cast<double>(s.local_cap) / 2;
 }
 
 template <class T, int kMode, bool kBias, bool kStream>
@@ -213,17 +213,21 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
     // 50 sampling (h100-sampling.md, 8ef219c): 0.47x at float32 64 x 128256 (0.72x bfloat16),
     // 0.43x / 0.39x at float32 / bfloat16 256 x 128256, 0.60x / 0.52x at 256 x 32000, 0.38-0.52x
     // with a logits update; forced at 1-8 rows (fc08168's sweep), 0.91-1.34x (the latency of its
-    // steps on a row's critical path), so the general kernel stays there. top_k takes the same rule
-    // where its k lets the lists hold the chunks (stream_lists_hold): same-call A/B at 66bf10a,
-    // k = 50 and 100, 0.42-0.68x at 64-256 x 128256 and 256 x 32000, 0.90-1.03x at 64 x 32000.
+    // steps on a row's critical path), so the general kernel stays there. top_k of k <= 1024 takes
+    // the same rule: same-call A/B at 66bf10a, k = 50 and 100, 0.42-0.68x at 64-256 x 128256 and
+    // 256 x 32000, 0.90-1.03x at 64 x 32000.
     if (a.stream) {
       SelectArgs<T> s = a;
       const bool queue = a.rows * general.p.cluster > device_facts().sms;
       if (queue || g.chunk >= kLongChunk || one_read_switch() == 1) {
-        const RowsLaunch one_read = stream_launch<T, kMode, kBias>(&s, extra_smem + (kLocalCap + kCompCap) * 8);
-        if (kMode != kTopK || one_read_switch() == 1 || stream_lists_hold<T, kBias>(s, one_read.few, a.k)) {
-          return run_rows<T, kMode, kBias, true>(stream, s, one_read, what);
-        }
+        const RowsLaunch one_read = stream_launch<T, kMode, kBias>(&s, extra_smem + (a.local_cap + a.comp_cap) * 8);
+        // top_k past what the delegates' floor holds takes the rising floor (stream_select.cuh).
+        // Same-call A/B at 979b18f (h100-sampling.md), against the general kernel: k = 1024 at
+        // float32 64 x 128256 99.8 -> 61.9 us, 256 x 128256 0.65x, 256 x 32000 0.69x, bfloat16
+        // 0.50-0.95x; k = 256 0.46-0.79x. Forced where the delegates hold, it lost (k = 50: 1.04-
+        // 1.09x the delegates' time: a histogram of the whole first round, a barrier a round).
+        if constexpr (kMode == kTopK) s.rising = !stream_lists_hold<T, kBias>(s, one_read.few, a.k);
+        return run_rows<T, kMode, kBias, true>(stream, s, one_read, what);
       }
     }
   }
