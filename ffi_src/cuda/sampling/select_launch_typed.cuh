@@ -146,7 +146,21 @@ RowsLaunch rows_launch(SelectArgs<T>* a, int64_t extra_smem) {
   using Few = Launch<T, kMode, kBias, kThreadsFew>;
   using Many = Launch<T, kMode, kBias, kThreadsMany>;
   RowsLaunch l;
-  l.p = plan_rows<T>(a, extra_smem, cluster_for_batch<T, kBias, Few, Many>(*a, extra_smem));
+  const int c = cluster_for_batch<T, kBias, Few, Many>(*a, extra_smem);
+  l.p = plan_rows<T>(a, extra_smem, c);
+  if constexpr (kMode == kSample && !kBias && sizeof(T) == sizeof(float)) {
+    // Float32 rows that queue for the SMs: the same cluster without the shared-memory copy where
+    // that holds more clusters at once and so takes fewer waves (a wave's rows, re-read by the
+    // later passes, stay in L2). Forced everywhere it lost 1.15-1.24x where the waves were equal
+    // (16 and 48 x 128256); by waves, same-call A/B of top-p 0.9 over 16-256 rows x 32000-256000:
+    // 0.80-0.86x at 256000, 0.88-0.97x at 64-256 x 128256, 1.00x elsewhere (h100-sampling.md).
+    if (a->resident) {
+      SelectArgs<T> t = *a;
+      const Plan q = plan_rows<T>(&t, extra_smem, c, false);
+      const int64_t held = Many::resident_rows(l.p), streamed = Many::resident_rows(q);
+      if (ceil_div(a->rows, streamed) < ceil_div(a->rows, held)) *a = t, l.p = q;
+    }
+  }
   l.few = a->rows * l.p.cluster <= device_facts().sms && a->rows <= Few::resident_rows(l.p);
   return l;
 }
