@@ -9,7 +9,10 @@ same run, same method.
 Logits ~ N(0, 3^2), labels uniform; every config rotates distinct inputs larger than L2 together.
 forward = the per-row loss; forward+backward = the loss and dlogits (jax.value_and_grad of the
 mean). TB/s counts the fewest bytes: forward reads the logits; forward+backward reads them twice
-and writes dlogits (the loss, labels and per-row (lse, n) are rows, not rows x vocab). Each
+and writes dlogits (the loss, labels and per-row (lse, n) are rows, not rows x vocab).
+"jaxnorm fused" is the same mean as `reduction="mean"`, whose forward+backward reads the logits
+once and writes dlogits (its TB/s counts those bytes); its rows add "vs fused", each
+implementation's time over its own. Each
 implementation's loss and dlogits on the first input are checked against the jnp form's. Writes
 DIR/cross_entropy.json and DIR/cross_entropy.md after every shape.
 """
@@ -30,6 +33,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import device_time as dt  # noqa: E402
 
 import jaxnorm  # noqa: E402
+
+
+FUSED = "jaxnorm fused"
 
 
 def jnp_form(x, labels):
@@ -77,13 +83,14 @@ def write(out_dir, header, rows):
     with open(os.path.join(out_dir, "cross_entropy.md"), "w") as fh:
         fh.write(f"Device: {header['device']}, jax {header['jax']}; {header['method']}; "
                  f"copy ceiling {header['copy_tb_s']:.2f} TB/s\n\n")
-        fh.write("| dtype | rows × vocab | direction | implementation | µs | TB/s | % ceiling | jaxnorm speedup | check |\n"
-                 "|---|---|---|---|---|---|---|---|---|\n")
+        fh.write("| dtype | rows × vocab | direction | implementation | µs | TB/s | % ceiling | jaxnorm speedup | "
+                 "vs fused | check |\n|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
-            sp = r.get("jaxnorm_speedup")
+            sp, vf = r.get("jaxnorm_speedup"), r.get("vs_fused")
             fh.write(f"| {r['dtype']} | {r['rows']} × {r['vocab']} | {r['direction']} | {r['impl']} | {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {100 * r['tb_s'] / header['copy_tb_s']:.0f} | "
-                     f"{'' if sp is None else f'{sp:.2f}×'} | {'ok' if r['ok'] else 'FAIL'} |\n")
+                     f"{'' if sp is None else f'{sp:.2f}×'} | {'' if vf is None else f'{vf:.2f}×'} | "
+                     f"{'ok' if r['ok'] else 'FAIL'} |\n")
 
 
 def main(argv=None):
@@ -100,6 +107,8 @@ def main(argv=None):
     header = dt.run_header(method, ceiling)
     print(f"{method}; copy ceiling {ceiling / 1e12:.2f} TB/s", flush=True)
     jitted = {name: (fwd(fn), fwd_bwd(fn)) for name, fn in implementations().items()}  # compiled once a shape
+    jitted[FUSED] = (jitted["jaxnorm"][0], jax.jit(jax.value_and_grad(
+        lambda x, y: jaxnorm.softmax_cross_entropy(x, y, reduction="mean"))))
     rows = []
     for dtype in args.dtypes.split(","):
         for v in vocabs:
@@ -112,18 +121,23 @@ def main(argv=None):
             times = {}
             for name, (f_fwd, f_fwd_bwd) in jitted.items():
                 ok = check(f_fwd, f_fwd_bwd, *xs[0], want)
-                for direction, f, nb in (("fwd", f_fwd, nbytes), ("fwd+bwd", f_fwd_bwd, 3 * nbytes)):
+                for direction, f, nb in (("fwd", f_fwd, nbytes), ("fwd+bwd", f_fwd_bwd, (2 if name == FUSED else 3) * nbytes)):
+                    if name == FUSED and direction == "fwd":
+                        continue  # the forward is jaxnorm's
                     t = timer(f, xs, reps=args.reps)["median"]
                     times[name, direction] = t
                     rec = {"dtype": dtype, "rows": rows_n, "vocab": v, "direction": direction, "impl": name,
                            "us": t * 1e6, "tb_s": nb / t / 1e12, "ok": ok}
                     rows.append(rec)
-            for rec in rows[-2 * len(jitted):]:
+            for rec in rows[-(2 * len(jitted) - 1):]:
                 base = times["jaxnorm", rec["direction"]]
                 rec["jaxnorm_speedup"] = None if rec["impl"] == "jaxnorm" else times[rec["impl"], rec["direction"]] / base
-                sp = rec["jaxnorm_speedup"]
-                print(f"{dtype:8s} {rows_n}x{v:<7d} {rec['direction']:8s} {rec['impl']:8s} {rec['us']:10.1f} us "
+                if rec["direction"] == "fwd+bwd":
+                    rec["vs_fused"] = times[rec["impl"], "fwd+bwd"] / times[FUSED, "fwd+bwd"]
+                sp, vf = rec["jaxnorm_speedup"], rec.get("vs_fused")
+                print(f"{dtype:8s} {rows_n}x{v:<7d} {rec['direction']:8s} {rec['impl']:14s} {rec['us']:10.1f} us "
                       f"{rec['tb_s']:6.2f} TB/s" + (f"  jaxnorm speedup {sp:5.2f}x" if sp else "")
+                      + (f"  vs fused {vf:5.2f}x" if vf else "")
                       + ("" if rec["ok"] else "  CHECK FAILED"), flush=True)
             del xs
             write(args.out, header, rows)

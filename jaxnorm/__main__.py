@@ -299,6 +299,16 @@ def self_check_cross_entropy() -> int:
                 jax.grad(lambda x: jnp.sum(jaxnorm.softmax_cross_entropy(x, labels))), x)
             checks["grad lowers to jaxnorm_cross_entropy_fwd_v2 + _bwd"] = (
                 {"jaxnorm_cross_entropy_fwd_v2", "jaxnorm_cross_entropy_bwd"} <= targets and not err)
+            kw = dict(label_smoothing=0.1, ignore_index=int(labels[3]), reduction="mean")
+            mean = jax.jit(jax.value_and_grad(lambda x: jaxnorm.softmax_cross_entropy(x, labels, **kw)))
+            got = mean(x)
+            want = jax.value_and_grad(lambda x: reference.softmax_cross_entropy(x, labels, **kw))(x.astype(jnp.float32))
+            checks["reduction='mean' and its dlogits == reference"] = close(got[0], want[0], tol) and close(
+                got[1], want[1], tol)
+            targets, err = _lowered_targets(mean, x)
+            checks["its grad lowers to jaxnorm_cross_entropy_fwd_grad alone"] = (
+                "jaxnorm_cross_entropy_fwd_grad" in targets and not err
+                and not {"jaxnorm_cross_entropy_fwd_v2", "jaxnorm_cross_entropy_bwd"} & targets)
 
         failures += _report_checks("cross-entropy", dtype_name, run, width=60)
     return failures

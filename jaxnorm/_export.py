@@ -17,7 +17,7 @@ from jaxnorm._ops import TARGETS
 # ("jaxnorm_norm_fwd_v2"), or a retired one removed. An artifact exported at version V runs on
 # any jaxnorm of version >= V that still registers all of its targets (the README lists
 # retirements); a serving system can record this number next to its artifacts.
-FFI_API_VERSION = 6  # 2: jaxnorm_linear_attention, jaxnorm_linear_attention_rank1;
+FFI_API_VERSION = 7  # 2: jaxnorm_linear_attention, jaxnorm_linear_attention_rank1;
 # 3: jaxnorm_cross_entropy_fwd, jaxnorm_cross_entropy_bwd;
 # 4: jaxnorm_cross_entropy_fwd_v2 (a workspace result; supersedes jaxnorm_cross_entropy_fwd),
 #    jaxnorm_add_norm_fwd, jaxnorm_add_norm_bwd, jaxnorm_sample_v2 and jaxnorm_filter_v2 (the output
@@ -25,7 +25,8 @@ FFI_API_VERSION = 6  # 2: jaxnorm_linear_attention, jaxnorm_linear_attention_ran
 #    and jaxnorm_filter); 5: jaxnorm_sample_with_top_k (sample_v2's signature and meaning, for
 #    calls with top_k: its CUDA handler may take the one-read top-k kernel); 6:
 #    jaxnorm_sample_by_mass (sample_v2's signature with top_k and top_p absent, for calls with
-#    neither: its CUDA handler may hold rows in registers). Superseded targets stay registered.
+#    neither: its CUDA handler may hold rows in registers); 7: jaxnorm_cross_entropy_fwd_grad (the
+#    reduced losses' forward and gradient in one). Superseded targets stay registered.
 
 
 def export_checks() -> tuple[jax_export.DisabledSafetyCheck, ...]:

@@ -131,6 +131,22 @@ CROSS_ENTROPY_BWD = FfiOp(
     attrs=_CE_ATTRS,
     row_sharded=True,
 )
+# The reduced losses' forward and gradient in one (jaxnorm/cross_entropy.py): the loss and
+# dlogits = weight * d loss / d logits. Its workspace is the stats and partials of the rows that
+# the CUDA handler takes by the forward and backward kernels (rows it cannot hold in one read).
+def _ce_fwd_grad_workspace(avals_in, params, platform):
+    rows = avals_in[0].shape[0]
+    return [ShapedArray((rows, 2), F32), *_ce_fwd_workspace(avals_in, params, platform)]
+
+
+CROSS_ENTROPY_FWD_GRAD = FfiOp(
+    name="jaxnorm_cross_entropy_fwd_grad",
+    operands=("R,C", "R", "R,C?", "R"),  # logits, labels (int32), mask, weight (f32)
+    results=(("R", F32), ("R,C", "x")),  # loss, dlogits
+    attrs=_CE_ATTRS,
+    workspace=_ce_fwd_grad_workspace,
+    row_sharded=True,
+)
 
 # Sampling: keys and the per-row parameters are grouped ("N"): one entry for all rows, one per
 # row, or one per vmapped example. The "_v2" targets (FFI version 4) add the decoding loop's
@@ -310,6 +326,7 @@ softmax_bwd_p = make_primitive(SOFTMAX_BWD)
 cross_entropy_fwd_v1_p = make_primitive(CROSS_ENTROPY_FWD_V1)  # artifacts before FFI version 4 only
 cross_entropy_fwd_p = make_primitive(CROSS_ENTROPY_FWD)
 cross_entropy_bwd_p = make_primitive(CROSS_ENTROPY_BWD)
+cross_entropy_fwd_grad_p = make_primitive(CROSS_ENTROPY_FWD_GRAD)
 sample_v1_p = make_primitive(SAMPLE)  # artifacts before FFI version 4 only
 sample_p = make_primitive(SAMPLE_V2)
 sample_with_top_k_p = make_primitive(SAMPLE_WITH_TOP_K)

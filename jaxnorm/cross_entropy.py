@@ -12,14 +12,16 @@ per-row loss and saves the row's log-sum-exp, and the backward is one elementwis
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
+import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
 from jaxnorm import _checks
-from jaxnorm._ops import cross_entropy_bwd_p, cross_entropy_fwd_p
+from jaxnorm._ops import cross_entropy_bwd_p, cross_entropy_fwd_grad_p, cross_entropy_fwd_p
 from jaxnorm._primitive import define_jvp_by_formula, empty_placeholder, formula_primitive
 from jaxnorm._vma import vary_together
 
@@ -30,7 +32,7 @@ NO_IGNORE = -(2**63)
 
 
 def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothing=0.0, z_loss=0.0,
-                          ignore_index=None):
+                          ignore_index=None, reduction=None):
     """Per-example softmax cross-entropy with integer labels, a drop-in for
     ``optax.softmax_cross_entropy_with_integer_labels`` with PyTorch's options, as two kernels.
 
@@ -59,11 +61,19 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
       z_loss: Python float >= 0, the weight of ``lse**2`` (PaLM uses 1e-4).
       ignore_index: None or a Python int: examples whose label equals it give loss 0 and no
         gradient (PyTorch's ``ignore_index``, e.g. -100).
+      reduction: None (the loss of each example), ``"sum"``, or ``"mean"``: the sum over the
+        examples divided by the number that count, those neither ignored nor dropped by a
+        labels-shaped ``where`` (PyTorch's ``reduction="mean"``; none counting gives NaN). A
+        reduced loss is differentiated in one read of the logits: under ``jax.grad`` its forward
+        writes dlogits for a unit cotangent beside the loss, and the backward scales them by the
+        cotangent, a multiply that XLA removes when the cotangent is the constant 1 (the loss
+        itself differentiated, as in ``jax.value_and_grad(loss_fn)`` with ``loss_fn`` returning
+        it, or a sum with other terms). Otherwise the multiply is one more pass over dlogits.
 
     Returns:
       The loss of each example, float32, of the labels' shape (float32 whatever the logits'
       dtype: a bfloat16 loss would lose the digits a mean over the batch sums; optax returns the
-      logits' dtype).
+      logits' dtype), or with ``reduction`` a float32 scalar.
 
     Labels outside ``[0, num_classes)`` (other than ``ignore_index``) give a NaN loss and a NaN
     gradient row, like a checked gather: values are unknown at trace time, and a NaN cannot go
@@ -98,9 +108,12 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
         raise ValueError(f"{fn}: the class axes of logits {tuple(logits.shape)} (axis {axis!r}) are empty")
     params = dict(label_smoothing=_smoothing(label_smoothing, fn), z_loss=_z_loss(z_loss, fn),
                   ignore_index=_ignore(ignore_index, fn))
+    reduction = _reduction(reduction, fn)
     row_keep, mask = _split_where(where, logits, batch_shape, fn)
     if math.prod(batch_shape) == 0:
-        return jnp.zeros(batch_shape, F32)
+        if reduction is None:
+            return jnp.zeros(batch_shape, F32)
+        return jnp.array(0.0 if reduction == "sum" else jnp.nan, F32)
 
     perm = batch_axes + list(axes)
     if perm != list(range(logits.ndim)):
@@ -111,7 +124,10 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
     mask = None if mask is None else mask.reshape(rows, cols)
     lab, params["ignore_index"] = _labels32(labels.reshape(rows), row_keep, params["ignore_index"])
     x, lab, mask = vary_together(x, lab, mask)
-    loss = _core(x, lab, mask, dict(params, has_mask=mask is not None))
+    params = dict(params, has_mask=mask is not None)
+    if reduction is not None:
+        return _reduced(x, lab, mask, _weights(lab, reduction, params), tuple(sorted(params.items())))
+    loss = _core(x, lab, mask, params)
     return loss.reshape(batch_shape)
 
 
@@ -146,6 +162,12 @@ def _ignore(v, fn):
     if not INT32_MIN <= int(v) <= INT32_MAX:
         raise ValueError(f"{fn}: `ignore_index` must fit in int32, got {v}")
     return int(v)
+
+
+def _reduction(v, fn):
+    if v is None or (isinstance(v, str) and v in ("sum", "mean")):
+        return v
+    raise ValueError(f"{fn}: `reduction` must be None, 'sum' or 'mean', got {v!r}")
 
 
 def _split_where(where, logits, batch_shape, fn):
@@ -184,6 +206,66 @@ def _mask_operand(mask):
 
 def _core(x, labels, mask, params):
     return cross_entropy_fwd_p.bind(x, labels, _mask_operand(mask), **params)[0]
+
+
+def _weights(labels, reduction, params):
+    """Each row's weight in the reduced loss: 1 for "sum"; for "mean" 1 / the rows that count
+    (labels not ignore_index, which a labels-shaped `where` has put on the rows it drops)."""
+    rows = labels.shape[0]
+    if reduction == "sum":
+        return jnp.ones((rows,), F32)
+    ignore = params["ignore_index"]
+    counted = jnp.sum(labels != ignore) if INT32_MIN <= ignore <= INT32_MAX else rows
+    return jnp.full((rows,), 1.0, F32) / jnp.asarray(counted, F32)
+
+
+# ---- the reduced losses ----
+# sum_rows(weight * loss). Evaluated alone: the forward kernel's losses, weighted and summed. Its
+# JVP takes the fused kernel (cross_entropy_fwd_grad_p: the loss and d = weight * d loss / d
+# logits in one read) and a tangent map dx -> sum(d * dx), whose transpose is ct * d: no kernel,
+# and for ct the constant 1 (the reduced loss itself differentiated) nothing once XLA folds the
+# multiply.
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(4,))
+def _reduced(x, labels, mask, weight, params):
+    return jnp.sum(_core(x, labels, mask, dict(params)) * weight)
+
+
+@_reduced.defjvp
+def _reduced_jvp(params, primals, tangents):
+    x, labels, mask, weight = primals
+    loss, d = cross_entropy_fwd_grad_p.bind(x, labels, _mask_operand(mask), weight, **dict(params))
+    (t,) = _weighted_tangent_p.bind(d, tangents[0])
+    return jnp.sum(loss * weight), jnp.sum(t)
+
+
+def _weighted_tangent_formula(d, dx):
+    return [jnp.sum(d.astype(F32) * dx.astype(F32), axis=1)]
+
+
+_weighted_tangent_p = formula_primitive("jaxnorm_cross_entropy_weighted_tangent", _weighted_tangent_formula,
+                                        ("R,C", "R,C"))
+
+
+def _weighted_tangent_transpose(cts, d, dx):
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None]
+    return [None, (d * ct[:, None].astype(d.dtype)).astype(dx.aval.dtype)]
+
+
+_weighted_tangent_p.def_transpose(_weighted_tangent_transpose)
+
+
+def _fwd_grad_formula(x, labels, mask, weight, **params):
+    """The fused kernel's outputs by the forward and backward kernels, whose JVPs give its own
+    (second-order derivatives of the reduced losses)."""
+    loss, stats = cross_entropy_fwd_p.bind(x, labels, mask, **params)
+    return [loss, cross_entropy_bwd_p.bind(x, labels, stats, weight, mask, **params)[0]]
+
+
+define_jvp_by_formula(cross_entropy_fwd_grad_p, _fwd_grad_formula)
 
 
 # ---- derivatives ----

@@ -77,11 +77,29 @@ def log_softmax(x, axis=-1, where=None):
 
 
 def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothing=0.0, z_loss=0.0,
-                          ignore_index=None):
+                          ignore_index=None, reduction=None):
     """Per row with the kept classes K, n = |K|: (1 - eps) (lse - x_y) + eps (lse - mean(x[K]))
     + z_loss lse^2, lse = logsumexp(x[K]); 0 where the label is ignore_index or nothing is kept
     (optax's convention), NaN where the label is outside [0, n_classes). Computed in the input's
-    precision or float32, whichever is wider. `where` of the labels' shape drops whole rows."""
+    precision or float32, whichever is wider. `where` of the labels' shape drops whole rows.
+    reduction "sum": the rows' sum; "mean": that sum over the rows neither ignored nor dropped by
+    a labels-shaped `where`."""
+    loss = _cross_entropy_rows(logits, labels, axis=axis, where=where, label_smoothing=label_smoothing,
+                               z_loss=z_loss, ignore_index=ignore_index)
+    if reduction is None:
+        return loss
+    total = jnp.sum(loss)
+    if reduction == "sum":
+        return total
+    counted = jnp.ones(labels.shape, bool)
+    if where is not None and jnp.ndim(where) < logits.ndim and jnp.shape(where) == labels.shape:
+        counted = jnp.asarray(where, bool)
+    if ignore_index is not None:
+        counted = counted & (labels != ignore_index)
+    return total / jnp.sum(counted)
+
+
+def _cross_entropy_rows(logits, labels, *, axis, where, label_smoothing, z_loss, ignore_index):
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     axes = tuple(sorted(a % logits.ndim for a in axes))
     batch = [i for i in range(logits.ndim) if i not in axes]

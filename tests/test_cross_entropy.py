@@ -385,6 +385,130 @@ def test_hessian(rng):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+# ---- reduced losses: the forward and dlogits from one kernel ----
+
+
+def magnitudes_reduced(x, labels, reduction, **kw):
+    """The reduced loss's term magnitude (its rows' summed) and dlogits' (each row's weight as
+    the cotangent), in float64."""
+    ignore = kw.get("ignore_index")
+    counted = np.ones(np.shape(labels), bool) if ignore is None else np.asarray(labels) != ignore
+    w = np.ones(np.shape(labels)) if reduction == "sum" else np.full(np.shape(labels), 1.0 / max(counted.sum(), 1))
+    mag_loss, mag_dx = magnitudes(x, labels, w, **kw)
+    return float(np.sum(w * mag_loss)), mag_dx
+
+
+@ALL_DTYPES
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("shape", [(6, 1), (5, 7), (3, 1000), (2, 3, 520), (3, 4099)], ids=str)
+def test_reduced_matches_reference(dtype, reduction, option, shape, rng):
+    """value_and_grad of the reduced loss (the fused forward-and-gradient kernel) against the
+    float64 reference's."""
+    kw = OPTIONS[option]
+    x = make_logits(rng, shape, DTYPES[dtype])
+    labels = make_labels(rng, shape[:-1], shape[-1])
+    if "ignore_index" in kw:
+        labels = labels.reshape(-1).at[0].set(-100).reshape(labels.shape)
+
+    @jax.jit
+    def run(x):
+        def vg(fn, x):
+            return jax.value_and_grad(lambda x: fn(x, labels, reduction=reduction, **kw))(x)
+
+        return vg(jaxnorm.softmax_cross_entropy, x), vg(reference.softmax_cross_entropy, to64(x))
+
+    (loss, dx), (loss_ref, dx_ref) = run(x)
+    assert loss.dtype == F32 and loss.shape == () and dx.dtype == x.dtype
+    mag_loss, mag_dx = magnitudes_reduced(x, labels, reduction, **kw)
+    width = math.prod(x.shape)
+    assert_close(loss, loss_ref, tol=tolerance(F32, width), mag=mag_loss, what="loss")
+    assert_close(dx, dx_ref, tol=tolerance(x.dtype, shape[-1]), mag=mag_dx, what="dlogits")
+
+
+@pytest.mark.wide(cpu=True)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [16384, 128256, 262144], ids=str)
+def test_reduced_wide_rows(dtype, cols, rng):
+    """Rows that the CUDA handler holds in one cluster (to 16 steps of its packs: 131072 float32
+    or 262144 16-bit columns) and rows past that (its forward and backward kernels)."""
+    x = make_logits(rng, (3, cols), DTYPES[dtype])
+    labels = make_labels(rng, (3,), cols)
+    kw = {"label_smoothing": 0.1, "z_loss": 1e-4}
+    loss, dx = jax.jit(jax.value_and_grad(lambda x: jaxnorm.softmax_cross_entropy(x, labels, reduction="mean", **kw)))(x)
+    loss_ref, dx_ref = jax.jit(jax.value_and_grad(
+        lambda x: reference.softmax_cross_entropy(x, labels, reduction="mean", **kw)))(to64(x))
+    mag_loss, mag_dx = magnitudes_reduced(x, labels, "mean", **kw)
+    assert_close(loss, loss_ref, tol=tolerance(F32, x.size), mag=mag_loss, what="loss")
+    assert_close(dx, dx_ref, tol=tolerance(x.dtype, cols), mag=mag_dx, what="dlogits")
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_reduced_masks_and_special_rows(reduction, rng):
+    """A class mask, a labels-shaped `where`, an ignored row, a row with nothing kept and an
+    out-of-range label (NaN), reduced as the reference reduces them."""
+    x = make_logits(rng, (6, 40), F32)
+    labels = make_labels(rng, (6,), 40).at[1].set(-100)
+    mask = jnp.asarray(rng.random((6, 40)) < 0.7).at[:, 0].set(True).at[2].set(False)
+    row_where = jnp.array([True, True, True, False, True, True])
+    for kw in ({"where": mask, "ignore_index": -100}, {"where": row_where, "ignore_index": -100, "label_smoothing": 0.1}):
+        f = lambda x, fn=jaxnorm.softmax_cross_entropy: fn(x, labels, reduction=reduction, **kw)  # noqa: E731
+        g = lambda x: reference.softmax_cross_entropy(x, labels, reduction=reduction, **kw)  # noqa: E731
+        (loss, dx), (loss_ref, dx_ref) = jax.value_and_grad(f)(x), jax.value_and_grad(g)(to64(x))
+        np.testing.assert_allclose(loss, loss_ref, rtol=1e-5)
+        np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-6)
+    bad = labels.at[4].set(40)  # and row 1's -100, not ignored here
+    loss, dx = jax.value_and_grad(lambda x: jaxnorm.softmax_cross_entropy(x, bad, reduction=reduction))(x)
+    assert np.isnan(loss) and np.isnan(np.asarray(dx)[[1, 4]]).all() and np.isfinite(np.asarray(dx)[[0, 2, 3, 5]]).all()
+
+
+def test_reduced_forward_mode_vmap_and_hessian(rng):
+    x = make_logits(rng, (2, 5, 30), F32)
+    labels = make_labels(rng, (2, 5), 30)
+    f = lambda x: jaxnorm.softmax_cross_entropy(x, labels, reduction="mean", label_smoothing=0.1)  # noqa: E731
+    g = lambda x: reference.softmax_cross_entropy(x, labels, reduction="mean", label_smoothing=0.1)  # noqa: E731
+    t = make_logits(rng, x.shape, F32)
+    np.testing.assert_allclose(jax.jvp(f, (x,), (t,))[1], jax.jvp(g, (to64(x),), (to64(t),))[1], rtol=1e-5)
+    hv = jax.jvp(jax.grad(f), (x,), (t,))[1]
+    np.testing.assert_allclose(hv, jax.jvp(jax.grad(g), (to64(x),), (to64(t),))[1], rtol=1e-4, atol=1e-7)
+    per_example = jax.vmap(lambda x, y: jaxnorm.softmax_cross_entropy(x, y, reduction="sum"))(x, labels)
+    np.testing.assert_allclose(per_example, jnp.sum(jaxnorm.softmax_cross_entropy(x, labels), axis=1), rtol=1e-6)
+    gv = jax.vmap(jax.grad(lambda x, y: jaxnorm.softmax_cross_entropy(x, y, reduction="mean")))(x, labels)
+    gr = jax.vmap(jax.grad(lambda x, y: reference.softmax_cross_entropy(x, y, reduction="mean")))(to64(x), labels)
+    np.testing.assert_allclose(gv, gr, rtol=1e-4, atol=1e-7)
+
+
+def test_reduced_step_writes_dlogits_in_the_forward(rng):
+    """The compiled value_and_grad of a reduced loss is one custom call that writes dlogits (the
+    fused target), no backward kernel and no elementwise pass over [rows, vocab] after it: the
+    cotangent's multiply by 1 is folded. Scaled by another constant, one multiply remains."""
+    x = make_logits(rng, (8, 512), BF16)
+    labels = make_labels(rng, (8,), 512)
+    loss = lambda x: jaxnorm.softmax_cross_entropy(x, labels, reduction="mean", z_loss=1e-4)  # noqa: E731
+    text = jax.jit(jax.value_and_grad(lambda x: loss(x) + 0.5)).lower(x).compile().as_text()
+    assert "jaxnorm_cross_entropy_fwd_grad" in text and "jaxnorm_cross_entropy_bwd" not in text
+    assert "jaxnorm_cross_entropy_fwd_v2" not in text
+    assert not re.search(r"= bf16\[8,512\][^\n]*(multiply|fusion)\(", text), text
+    scaled = jax.jit(jax.grad(lambda x: 3.0 * loss(x))).lower(x).compile().as_text()
+    assert re.search(r"= bf16\[8,512\][^\n]*fusion\(", scaled)
+
+
+def test_reduced_primal_takes_the_forward_alone(rng):
+    x = make_logits(rng, (4, 64), F32)
+    labels = make_labels(rng, (4,), 64)
+    text = jax.jit(lambda x: jaxnorm.softmax_cross_entropy(x, labels, reduction="sum")).lower(x).compile().as_text()
+    assert "jaxnorm_cross_entropy_fwd_v2" in text and "fwd_grad" not in text
+
+
+def test_reduced_empty_batch_and_nothing_counted():
+    x, y = jnp.zeros((0, 7), F32), jnp.zeros((0,), jnp.int32)
+    assert float(jaxnorm.softmax_cross_entropy(x, y, reduction="sum")) == 0.0
+    assert np.isnan(jaxnorm.softmax_cross_entropy(x, y, reduction="mean"))
+    x, y = jnp.ones((3, 7), F32), jnp.full((3,), -100, jnp.int32)
+    loss, dx = jax.value_and_grad(lambda x: jaxnorm.softmax_cross_entropy(x, y, reduction="mean", ignore_index=-100))(x)
+    assert np.isnan(loss) and not np.asarray(dx).any()
+
+
 def test_hlo_holds_the_custom_calls(rng):
     x = make_logits(rng, (4, 64), BF16)
     labels = make_labels(rng, (4,), 64)
@@ -444,6 +568,8 @@ def test_no_rows_by_vocab_float32_buffer(dtype):
         ({"where": np.ones((4, 3), bool)}, ValueError, "where"),
         ({"where": np.ones((4, 10), np.float32)}, TypeError, "where"),
         ({"logits": np.zeros((4, 0), np.float32)}, ValueError, "empty"),
+        ({"reduction": "max"}, ValueError, "reduction.*'max'"),
+        ({"reduction": True}, ValueError, "reduction"),
     ],
 )
 def test_bad_inputs(kwargs, error, match):

@@ -134,6 +134,9 @@ JIT_SCRIPT = textwrap.dedent(
     ce_ref = lambda x, y: reference.softmax_cross_entropy(x, y, label_smoothing=0.1, ignore_index=3)
     check("softmax_cross_entropy", ce, ce_ref, x, ce_labels)
     check("softmax_cross_entropy grad", jax.grad(loss(ce)), jax.grad(loss(ce_ref)), x, ce_labels)
+    mean = lambda f: lambda x, y: f(x, y, label_smoothing=0.1, ignore_index=3, reduction="mean")  # noqa: E731
+    check("softmax_cross_entropy reduced grad", jax.grad(mean(jaxnorm.softmax_cross_entropy)),
+          jax.grad(mean(reference.softmax_cross_entropy)), x, ce_labels, reduce_ok=("f32[]", "s32[]", "s64[]"))
     me = lambda x, s, b: jaxnorm.layer_norm(x, s, b, memory_efficient=True)
     check("memory-efficient grad", jax.grad(loss(me), (0, 1, 2)), jax.grad(loss(reference.layer_norm), (0, 1, 2)),
           x, s, b, reduce_ok=("f32[96]", "f32[1,96]"))

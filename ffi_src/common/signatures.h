@@ -53,7 +53,10 @@
 //   cross_entropy_fwd_v2: the same plus a workspace result, partials (R, K, 4) f32
 //   cross_entropy_bwd: logits (R, C), labels (R) s32, stats (R, 2) f32, dloss (R) f32,
 //                mask (R, C | 0) pred -> dlogits (R, C)
-//                all three with attributes label_smoothing, z_loss, ignore_index, has_mask
+//   cross_entropy_fwd_grad: logits (R, C), labels (R) s32, mask (R, C | 0) pred, weight (R) f32
+//                -> loss (R) f32, dlogits (R, C) = weight * dloss/dlogits, workspace stats
+//                (R, 2) f32 and partials (R, K, 4) f32
+//                all four with attributes label_smoothing, z_loss, ignore_index, has_mask
 //                (common/cross_entropy_math.h states the arithmetic)
 #pragma once
 
@@ -310,6 +313,14 @@ auto cross_entropy_fwd_v2_signature(B b) {
 template <class B>
 auto cross_entropy_bwd_signature(B b) {
   return cross_entropy_attrs(buffer_rets<1>(buffer_args<5>(std::move(b))));
+}
+
+// The reduced losses' forward and gradient in one: logits, labels, mask, weight (R) f32 ->
+// loss (R) f32, dlogits (R, C) = weight * d loss / d logits, and two workspace results for rows
+// the handler takes by the forward and backward kernels: stats (R, 2) f32, partials (R, K, 4).
+template <class B>
+auto cross_entropy_fwd_grad_signature(B b) {
+  return cross_entropy_attrs(buffer_rets<4>(buffer_args<4>(std::move(b))));
 }
 
 // The shapes one padding copy moves between: P parts (B, H, L, D) <-> packed (T, P * H * D), of

@@ -13,6 +13,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdGradCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleV2Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleByMassCpu);
@@ -43,6 +44,7 @@ NB_MODULE(_jaxnorm_cpu, m) {
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCpu);
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd_v2", JaxnormCrossEntropyFwdV2Cpu);
     JN_REGISTER(d, "jaxnorm_cross_entropy_bwd", JaxnormCrossEntropyBwdCpu);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_fwd_grad", JaxnormCrossEntropyFwdGradCpu);
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCpu);
     JN_REGISTER(d, "jaxnorm_sample_v2", JaxnormSampleV2Cpu);
     JN_REGISTER(d, "jaxnorm_sample_with_top_k", JaxnormSampleV2Cpu);  // one CPU sampler for both

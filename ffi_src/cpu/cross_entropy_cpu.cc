@@ -156,6 +156,37 @@ ffi::Error CrossEntropyBwdCpu(ffi::ThreadPool pool, ffi::AnyBuffer logits, ffi::
   });
 }
 
+// The forward and dlogits = weight * d loss / d logits: each chunk of rows runs the forward,
+// then the backward with dloss = weight, while its rows are still in cache. `partials` is the
+// CUDA kernels' workspace (none here).
+ffi::Error CrossEntropyFwdGradCpu(ffi::ThreadPool pool, ffi::AnyBuffer logits, ffi::AnyBuffer labels,
+                                  ffi::AnyBuffer mask, ffi::AnyBuffer weight, ffi::Result<ffi::AnyBuffer> loss,
+                                  ffi::Result<ffi::AnyBuffer> dlogits, ffi::Result<ffi::AnyBuffer> stats,
+                                  ffi::Result<ffi::AnyBuffer>, float smoothing, float z_loss, int64_t ignore_index,
+                                  bool has_mask) {
+  Rows s;
+  ffi::AnyBuffer st = *stats;
+  JN_RETURN_IF_ERROR(check_cross_entropy(logits, labels, mask, has_mask, &st, nullptr, &s));
+  JN_RETURN_IF_ERROR(check_dtype(weight, ffi::DataType::F32, "weight"));
+  JN_RETURN_IF_ERROR(check_size(weight, s.rows, "weight"));
+  const CeOptions o{smoothing, z_loss, ignore_index, has_mask};
+  const bool* m = has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr;
+  return dispatch_float<CpuTypes>(logits.element_type(), "logits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(logits.untyped_data());
+    const int32_t* y = static_cast<const int32_t*>(labels.untyped_data());
+    float* sp = static_cast<float*>(stats->untyped_data());
+    T* out = static_cast<T*>(dlogits->untyped_data());
+    const OutputPrefault prefault(out, s.size() * sizeof(T));
+    parallel_chunks(pool, s.rows, row_chunk_rows(s.cols), [&](int64_t, int64_t begin, int64_t end) {
+      ce_fwd_rows<T>(x, y, m, static_cast<float*>(loss->untyped_data()), sp, s, o, begin, end);
+      prefault.chunk(out + begin * s.cols, (end - begin) * s.cols * sizeof(T));
+      ce_bwd_rows<T>(x, y, sp, static_cast<const float*>(weight.untyped_data()), m, out, s, o, begin, end);
+    });
+    return ffi::Error::Success();
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCpu, CrossEntropyFwdCpu,
@@ -164,5 +195,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cpu, CrossEntropyFwdV2Cpu,
                               cross_entropy_fwd_v2_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCpu, CrossEntropyBwdCpu,
                               cross_entropy_bwd_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdGradCpu, CrossEntropyFwdGradCpu,
+                              cross_entropy_fwd_grad_signature(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 }  // namespace jaxnorm

@@ -96,38 +96,102 @@ ffi::Error launch_bwd(const ce::BwdArgs<T>& a, int64_t rows, cudaStream_t stream
   return total < (int64_t{1} << 32) ? go(uint32_t{}) : go(uint64_t{});
 }
 
+template <class T>
+ffi::Error cross_entropy_bwd(const ce::BwdArgs<T>& a, int64_t rows, cudaStream_t stream) {
+  constexpr int V = kVecOf<T>;
+  const bool vec = a.cols % V == 0 && aligned16(a.x) && aligned16(a.dx) && aligned16(a.mask);
+  // Rows of a CTA's step or more: a CTA per chunk of a row (its coefficients loaded once).
+  const int64_t step = ce::kThreads * (vec ? ce::kChunkPacks<V> * V : ce::kChunkPacks<1>);
+  if (a.cols >= step) {
+    const Chunking k = balanced_chunks(a.cols, ceil_div(a.cols, step), vec ? V : 1);
+    if (rows * k.chunks <= INT32_MAX) {
+      const dim3 grid(static_cast<unsigned>(rows * k.chunks));
+      auto go = [&](auto kernel) {
+        return launch(kernel, grid, dim3(ce::kThreads), 1, stream, "cross-entropy backward", a, k.chunks, k.width);
+      };
+      if (vec) return a.mask ? go(ce::bwd_chunk_kernel<T, V, true>) : go(ce::bwd_chunk_kernel<T, V, false>);
+      return a.mask ? go(ce::bwd_chunk_kernel<T, 1, true>) : go(ce::bwd_chunk_kernel<T, 1, false>);
+    }
+  }
+  return vec ? launch_bwd<T, V>(a, rows, stream) : launch_bwd<T, 1>(a, rows, stream);
+}
+
+template <class T>
+ce::BwdArgs<T> bwd_args(const ffi::AnyBuffer& logits, const ffi::AnyBuffer& labels, const float* stats,
+                        const float* dloss, const ffi::AnyBuffer& mask, void* dlogits, int64_t cols,
+                        const CeOptions& o) {
+  return {static_cast<const T*>(logits.untyped_data()),
+          static_cast<const int32_t*>(labels.untyped_data()),
+          stats,
+          dloss,
+          o.has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr,
+          static_cast<T*>(dlogits),
+          cols,
+          o};
+}
+
 ffi::Error CrossEntropyBwdCuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::AnyBuffer labels, ffi::AnyBuffer stats,
                                ffi::AnyBuffer dloss, ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> dlogits,
                                float smoothing, float z_loss, int64_t ignore_index, bool has_mask) {
   Rows s;
   JN_RETURN_IF_ERROR(check_cross_entropy(logits, labels, mask, has_mask, &stats, &dloss, &s));
   if (s.size() == 0) return ffi::Error::Success();
+  const CeOptions o{smoothing, z_loss, ignore_index, has_mask};
   return dispatch_float<CudaTypes>(logits.element_type(), "logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const ce::BwdArgs<T> a{static_cast<const T*>(logits.untyped_data()),
-                           static_cast<const int32_t*>(labels.untyped_data()),
-                           static_cast<const float*>(stats.untyped_data()),
-                           static_cast<const float*>(dloss.untyped_data()),
-                           has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr,
-                           static_cast<T*>(dlogits->untyped_data()),
-                           s.cols,
-                           {smoothing, z_loss, ignore_index, has_mask}};
+    return cross_entropy_bwd(bwd_args<T>(logits, labels, static_cast<const float*>(stats.untyped_data()),
+                                         static_cast<const float*>(dloss.untyped_data()), mask,
+                                         dlogits->untyped_data(), s.cols, o),
+                             s.rows, stream);
+  });
+}
+
+// The forward and dlogits = weight * d loss / d logits together (the reduced losses' derivative):
+// rows of at most 16 steps of the forward's packs in one read (ce::fwd_grad_kernel); other rows
+// (unaligned, wider, or a device without clusters) the forward kernels, then the backward with
+// dloss = weight, whose `stats` and `partials` results are their workspace.
+ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, ffi::AnyBuffer labels,
+                                   ffi::AnyBuffer mask, ffi::AnyBuffer weight, ffi::Result<ffi::AnyBuffer> loss,
+                                   ffi::Result<ffi::AnyBuffer> dlogits, ffi::Result<ffi::AnyBuffer> stats,
+                                   ffi::Result<ffi::AnyBuffer> partials, float smoothing, float z_loss,
+                                   int64_t ignore_index, bool has_mask) {
+  Rows s;
+  ffi::AnyBuffer st = *stats;
+  JN_RETURN_IF_ERROR(check_cross_entropy(logits, labels, mask, has_mask, &st, nullptr, &s));
+  JN_RETURN_IF_ERROR(check_dtype(weight, ffi::DataType::F32, "weight"));
+  JN_RETURN_IF_ERROR(check_size(weight, s.rows, "weight"));
+  if (s.size() == 0) return ffi::Error::Success();
+  const CeOptions o{smoothing, z_loss, ignore_index, has_mask};
+  const float* w = static_cast<const float*>(weight.untyped_data());
+  return dispatch_float<CudaTypes>(logits.element_type(), "logits", [&](auto tag) -> ffi::Error {
+    using T = typename decltype(tag)::type;
+    using Op = CrossEntropyFwdOp<T>;
+    const Op op{{static_cast<const T*>(logits.untyped_data()), o.has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr,
+                 s.cols},
+                static_cast<const int32_t*>(labels.untyped_data()),
+                static_cast<float*>(loss->untyped_data()),
+                static_cast<float*>(stats->untyped_data()),
+                o};
+    T* dx = static_cast<T*>(dlogits->untyped_data());
     constexpr int V = kVecOf<T>;
-    const bool vec = s.cols % V == 0 && aligned16(a.x) && aligned16(a.dx) && aligned16(a.mask);
-    // Rows of a CTA's step or more: a CTA per chunk of a row (its coefficients loaded once).
-    const int64_t step = ce::kThreads * (vec ? ce::kChunkPacks<V> * V : ce::kChunkPacks<1>);
-    if (s.cols >= step) {
-      const Chunking k = balanced_chunks(s.cols, ceil_div(s.cols, step), vec ? V : 1);
-      if (s.rows * k.chunks <= INT32_MAX) {
-        const dim3 grid(static_cast<unsigned>(s.rows * k.chunks));
-        auto go = [&](auto kernel) {
-          return launch(kernel, grid, dim3(ce::kThreads), 1, stream, "cross-entropy backward", a, k.chunks, k.width);
-        };
-        if (vec) return a.mask ? go(ce::bwd_chunk_kernel<T, V, true>) : go(ce::bwd_chunk_kernel<T, V, false>);
-        return a.mask ? go(ce::bwd_chunk_kernel<T, 1, true>) : go(ce::bwd_chunk_kernel<T, 1, false>);
+    const bool vec = s.cols % V == 0 && aligned16(op.x) && aligned16(op.mask) && aligned16(dx);
+    const int64_t chunks = ceil_div(s.cols, ce::kThreads * ce::kFwdChunkPacks * V);
+    if (vec && device_facts().clusters && chunks <= kMaxCluster && s.rows * chunks <= INT32_MAX) {
+      using ce::Fold;
+      auto kernel = op.mask != nullptr ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
+                    : o.smoothing != 0.f ? ce::fwd_grad_kernel<T, V, Fold::kWithSum>
+                                         : ce::fwd_grad_kernel<T, V, Fold::kPlain>;
+      const Chunking k = balanced_chunks(s.cols, chunks, V);
+      if (max_active_clusters(kernel, ce::kThreads, static_cast<int>(k.chunks)) > 0) {
+        return launch(kernel, dim3(static_cast<unsigned>(s.rows * k.chunks)), dim3(ce::kThreads),
+                      static_cast<int>(k.chunks), stream, "cross-entropy forward and gradient", op, w, dx, k.width);
       }
     }
-    return vec ? launch_bwd<T, V>(a, s.rows, stream) : launch_bwd<T, 1>(a, s.rows, stream);
+    ffi::AnyBuffer p = *partials;
+    JN_RETURN_IF_ERROR(cross_entropy_fwd(stream, logits, labels, mask, loss, stats, &p, o));
+    return cross_entropy_bwd(bwd_args<T>(logits, labels, static_cast<const float*>(stats->untyped_data()), w, mask, dx,
+                                         s.cols, o),
+                             s.rows, stream);
   });
 }
 
@@ -141,6 +205,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cuda, CrossEntropyFwdV2Cud
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCuda, CrossEntropyBwdCuda,
                               cross_entropy_bwd_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdGradCuda, CrossEntropyFwdGradCuda,
+                              cross_entropy_fwd_grad_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jaxnorm

@@ -216,6 +216,7 @@ constexpr int kFwdChunkPacks = 8;
 // and four at 4 (898, 904 against 815 us at 8192 x 128256; results/h100-cross-entropy.md).
 constexpr int kFwdChunkCtas = 4, kFwdMaskedChunkCtas = 3;
 constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
+constexpr int kFwdGradCtas = 3;  // fwd_grad_kernel: the forward's packs held through the merge
 
 // A CTA's share of a row: columns [begin, end) of row `row`, chunks of `width` columns.
 struct Chunk {
@@ -260,6 +261,35 @@ __device__ __forceinline__ bool fold_finite_pack(CeStats& acc, const float (&v)[
   return true;
 }
 
+// The statistics of a CTA's chunk, reduced over its threads in a fixed order: every thread of
+// warp 0 gets them.
+template <class T>
+__device__ __forceinline__ CeStats cta_stats(CeStats acc) {
+  acc = group_allreduce<32>(acc, CeMerge{});
+  __shared__ CeStats warp[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    acc = group_allreduce<kThreads / 32>(threadIdx.x < kThreads / 32 ? warp[threadIdx.x] : acc, CeMerge{});
+  }
+  return acc;
+}
+
+// Folds the converted pack v (columns from `col`) into acc: the fast fold where kFold allows and
+// the pack's largest is finite, else the op's general statistics and a merge.
+template <class T, int N, Fold kFold>
+__device__ __forceinline__ void fold_pack(const CrossEntropyFwdOp<T>& op, int64_t row, int64_t col,
+                                          const Pack<T, N>& raw, CeStats& acc) {
+  float v[1][N];
+  if constexpr (kFold == Fold::kGeneral) {
+    op.convert(row, col, raw, v[0]);
+  } else {
+    unpack_again(raw, v[0]);  // convert() without a mask (bf16: a byte permute an element)
+    if (fold_finite_pack<T, N, kFold == Fold::kWithSum>(acc, v[0])) return;
+  }
+  acc = ce_merge(acc, op.thread_stats(v, {true}));
+}
+
 // The statistics of one chunk of a row into partials[block], each pack folded in as it is
 // converted, then merged across the CTA in a fixed order.
 template <class T, int N, Fold kFold>
@@ -282,26 +312,11 @@ __global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdMasked
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int off = base + p * kThreads * N;
-      if (off < len) {
-        float v[1][N];
-        if constexpr (kFold == Fold::kGeneral) {
-          op.convert(c.row, first + off, raw[p], v[0]);
-        } else {
-          unpack_again(raw[p], v[0]);  // convert() without a mask (bf16: a byte permute an element)
-          if (fold_finite_pack<T, N, kFold == Fold::kWithSum>(acc, v[0])) continue;
-        }
-        acc = ce_merge(acc, op.thread_stats(v, {true}));
-      }
+      if (off < len) fold_pack<T, N, kFold>(op, c.row, first + off, raw[p], acc);
     }
   }
-  acc = group_allreduce<32>(acc, CeMerge{});
-  __shared__ CeStats warp[kThreads / 32];
-  if (threadIdx.x % 32 == 0) warp[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    acc = group_allreduce<kThreads / 32>(threadIdx.x < kThreads / 32 ? warp[threadIdx.x] : acc, CeMerge{});
-    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
-  }
+  acc = cta_stats<T>(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
 // A warp per row merges the row's `chunks` partials (lanes strided, then a butterfly: a fixed
@@ -355,6 +370,77 @@ __global__ void __launch_bounds__(kThreads, kMask ? kBwdMaskedChunkCtas : kBwdCh
           out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), !kMask || keep[p].v[k], col + k, gr);
         store_pack<T, N>(dx + col, out);
       }
+    }
+  }
+}
+
+// The forward and the gradient from one read (the reduced losses, jaxnorm/cross_entropy.py): a
+// row per cluster of `chunks` CTAs, each holding one step of packs (at most kThreads *
+// kFwdChunkPacks * N columns) in registers while the cluster merges the statistics, then writing
+// its columns of dlogits = weight[row] * d loss_row / d logits from them: the logits are read
+// once and dlogits written once, where the forward and backward kernels read them twice. Every
+// CTA merges the partials of all in the same lane order, so all hold the same statistics; CTA 0
+// writes the loss.
+template <class T, int N, Fold kFold>
+__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, const float* weight,
+                                                                         T* dx, int64_t width) {
+  namespace cg = cooperative_groups;
+  constexpr int P = kFwdChunkPacks;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int chunks = static_cast<int>(cl.num_blocks());
+  const int rank = static_cast<int>(cl.block_rank());
+  const int64_t row = blockIdx.x / chunks;
+  const int64_t first = rank * width + threadIdx.x * N;
+  const int len = static_cast<int>(min(rank * width + width, op.cols) - first);
+  const T* x = op.x + row * op.cols + first;
+  Pack<T, N> raw[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (p * kThreads * N < len) raw[p] = load_raw<T, N>(x + p * kThreads * N);
+  CeStats acc = CrossEntropyFwdOp<T>::identity();
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int off = p * kThreads * N;
+    if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
+  }
+  acc = cta_stats<T>(acc);
+  __shared__ CeStats part, row_stats;
+  if (threadIdx.x == 0) part = acc;
+  cl.sync();
+  if (threadIdx.x < 32) {
+    CeStats s = threadIdx.x < chunks ? *cl.map_shared_rank(&part, threadIdx.x) : CrossEntropyFwdOp<T>::identity();
+    s = group_allreduce<32>(s, CeMerge{});
+    if (threadIdx.x == 0) row_stats = s;
+  }
+  cl.sync();  // the peers' partials are read; row_stats is out
+  const CeStats s = row_stats;
+  const float n = op.o.has_mask ? s.n : static_cast<float>(op.cols);
+  const int64_t y = op.labels[row];
+  float lse;
+  if (rank == 0 && threadIdx.x == 0) {
+    const float xl = ce_label_ok(y, op.cols) ? to_float(op.x[row * op.cols + y]) : NAN;
+    op.loss[row] = ce_row_loss(s, n, xl, y, op.cols, op.o, &lse);
+  }
+  lse = s.max + logf(s.sum);  // ce_row_loss's
+  const CeGradRow gr = ce_grad_row(weight[row], lse, n, y, op.cols, op.o);
+  T* d = dx + row * op.cols + first;
+  const bool* mask = op.mask != nullptr ? op.mask + row * op.cols + first : nullptr;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int off = p * kThreads * N;
+    if (off < len) {
+      bool keep[N];
+      if (mask != nullptr) {
+        load_mask<N>(mask + off, keep);
+      } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) keep[k] = true;
+      }
+      float v[N], out[N];
+      unpack(raw[p], v);
+#pragma unroll
+      for (int k = 0; k < N; ++k) out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), keep[k], first + off + k, gr);
+      store_pack<T, N>(d + off, out);
     }
   }
 }

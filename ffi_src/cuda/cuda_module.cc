@@ -15,6 +15,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSoftmaxBwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdV2Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyBwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormCrossEntropyFwdGradCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleV2Cuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxnormSampleWithTopKCuda);
@@ -46,6 +47,7 @@ NB_MODULE(_jaxnorm_cuda, m) {
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd", JaxnormCrossEntropyFwdCuda);
     JN_REGISTER(d, "jaxnorm_cross_entropy_fwd_v2", JaxnormCrossEntropyFwdV2Cuda);
     JN_REGISTER(d, "jaxnorm_cross_entropy_bwd", JaxnormCrossEntropyBwdCuda);
+    JN_REGISTER(d, "jaxnorm_cross_entropy_fwd_grad", JaxnormCrossEntropyFwdGradCuda);
     JN_REGISTER(d, "jaxnorm_sample", JaxnormSampleCuda);
     JN_REGISTER(d, "jaxnorm_sample_v2", JaxnormSampleV2Cuda);
     JN_REGISTER(d, "jaxnorm_sample_with_top_k", JaxnormSampleWithTopKCuda);
