@@ -393,6 +393,9 @@ __global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossE
   const int64_t first = rank * width + threadIdx.x * N;
   const int len = static_cast<int>(min(rank * width + width, op.cols) - first);
   const T* x = op.x + row * op.cols + first;
+  // The row's label and weight with the packs: the writes after the merge wait on nothing else.
+  const int64_t y = op.labels[row];
+  const float g = weight[row];
   Pack<T, N> raw[P];
 #pragma unroll
   for (int p = 0; p < P; ++p)
@@ -415,14 +418,13 @@ __global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossE
   cl.sync();  // the peers' partials are read; row_stats is out
   const CeStats s = row_stats;
   const float n = op.o.has_mask ? s.n : static_cast<float>(op.cols);
-  const int64_t y = op.labels[row];
   float lse;
   if (rank == 0 && threadIdx.x == 0) {
     const float xl = ce_label_ok(y, op.cols) ? to_float(op.x[row * op.cols + y]) : NAN;
     op.loss[row] = ce_row_loss(s, n, xl, y, op.cols, op.o, &lse);
   }
   lse = s.max + logf(s.sum);  // ce_row_loss's
-  const CeGradRow gr = ce_grad_row(weight[row], lse, n, y, op.cols, op.o);
+  const CeGradRow gr = ce_grad_row(g, lse, n, y, op.cols, op.o);
   T* d = dx + row * op.cols + first;
   const bool* mask = op.mask != nullptr ? op.mask + row * op.cols + first : nullptr;
 #pragma unroll
