@@ -443,6 +443,25 @@ def test_reduced_wide_rows(dtype, cols, rng):
     assert_close(dx, dx_ref, tol=tolerance(x.dtype, cols), mag=mag_dx, what="dlogits")
 
 
+@pytest.mark.wide
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
+def test_reduced_many_rows(dtype, masked, rng):
+    """More rows than the CUDA handler's clusters hold at once: each cluster takes rows in turn,
+    fetching its next two while it works on one (every row checked, and the last rows, which
+    no cluster fetches past)."""
+    rows, cols = 1999, 20000
+    x = make_logits(rng, (rows, cols), DTYPES[dtype])
+    labels = make_labels(rng, (rows,), cols)
+    kw = {"where": jnp.asarray(rng.random((rows, cols)) < 0.9).at[:, 0].set(True)} if masked else {}
+    f = lambda x, fn: fn(x, labels, reduction="sum", **kw)  # noqa: E731
+    loss, dx = jax.jit(jax.value_and_grad(lambda x: f(x, jaxnorm.softmax_cross_entropy)))(x)
+    loss_ref, dx_ref = jax.jit(jax.value_and_grad(lambda x: f(x, reference.softmax_cross_entropy)))(to64(x))
+    mag_loss, mag_dx = magnitudes_reduced(x, labels, "sum", **kw)
+    assert_close(loss, loss_ref, tol=tolerance(F32, x.size), mag=mag_loss, what="loss")
+    assert_close(dx, dx_ref, tol=tolerance(x.dtype, cols), mag=mag_dx, what="dlogits")
+
+
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
 def test_reduced_masks_and_special_rows(reduction, rng):
     """A class mask, a labels-shaped `where`, an ignored row, a row with nothing kept and an

@@ -176,15 +176,19 @@ ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, f
     constexpr int V = kVecOf<T>;
     const bool vec = s.cols % V == 0 && aligned16(op.x) && aligned16(op.mask) && aligned16(dx);
     const int64_t chunks = ceil_div(s.cols, ce::kThreads * ce::kFwdChunkPacks * V);
-    if (vec && device_facts().clusters && chunks <= kMaxCluster && s.rows * chunks <= INT32_MAX) {
+    if (vec && device_facts().clusters && chunks <= kMaxCluster) {
       using ce::Fold;
       auto kernel = op.mask != nullptr ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
                     : o.smoothing != 0.f ? ce::fwd_grad_kernel<T, V, Fold::kWithSum>
                                          : ce::fwd_grad_kernel<T, V, Fold::kPlain>;
       const Chunking k = balanced_chunks(s.cols, chunks, V);
-      if (max_active_clusters(kernel, ce::kThreads, static_cast<int>(k.chunks)) > 0) {
-        return launch(kernel, dim3(static_cast<unsigned>(s.rows * k.chunks)), dim3(ce::kThreads),
-                      static_cast<int>(k.chunks), stream, "cross-entropy forward and gradient", op, w, dx, k.width);
+      const int cluster = static_cast<int>(k.chunks);
+      constexpr size_t smem = ce::fwd_grad_smem<T, V>();
+      const int clusters = max_active_clusters(kernel, ce::kThreads, cluster, smem);
+      if (clusters > 0) {
+        const int64_t grid = std::min<int64_t>(s.rows, clusters) * cluster;
+        return launch_with_smem(kernel, dim3(static_cast<unsigned>(grid)), dim3(ce::kThreads), cluster, smem, stream,
+                                "cross-entropy forward and gradient", op, s.rows, w, dx, k.width);
       }
     }
     ffi::AnyBuffer p = *partials;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "common/cross_entropy_math.h"
+#include "cuda/async_copy.cuh"
 #include "cuda/device_types.cuh"
 #include "cuda/divisor.h"
 #include "cuda/row_tiles.cuh"
@@ -378,71 +379,90 @@ __global__ void __launch_bounds__(kThreads, kMask ? kBwdMaskedChunkCtas : kBwdCh
 // row per cluster of `chunks` CTAs, each holding one step of packs (at most kThreads *
 // kFwdChunkPacks * N columns) in registers while the cluster merges the statistics, then writing
 // its columns of dlogits = weight[row] * d loss_row / d logits from them: the logits are read
-// once and dlogits written once, where the forward and backward kernels read them twice. Every
-// CTA merges the partials of all in the same lane order, so all hold the same statistics; CTA 0
+// once and dlogits written once, where the forward and backward kernels read them twice.
+// Clusters are persistent, taking rows in turn, and each CTA copies its packs of its next two
+// rows into shared memory asynchronously (fwd_grad_smem): a CTA that held only its one row
+// stalled between its load and its stores, 2.1 TB/s at bf16 8192 x 128256 (h100-cross-entropy.md).
+// Every CTA merges the partials of all in the same order, so all hold the same statistics; CTA 0
 // writes the loss.
+template <class T, int N>
+constexpr size_t fwd_grad_smem() {
+  return 2 * kFwdChunkPacks * kThreads * sizeof(Pack<T, N>);
+}
+
 template <class T, int N, Fold kFold>
-__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, const float* weight,
-                                                                         T* dx, int64_t width) {
-  namespace cg = cooperative_groups;
+__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, int64_t rows,
+                                                                         const float* weight, T* dx, int64_t width) {
   constexpr int P = kFwdChunkPacks;
+  extern __shared__ __align__(16) unsigned char fwd_grad_buf[];
+  Pack<T, N>* const buf = reinterpret_cast<Pack<T, N>*>(fwd_grad_buf);  // [2][P][kThreads]
+  __shared__ RowReduceSmem<CeStats, kThreads / 32> red;
   const cg::cluster_group cl = cg::this_cluster();
-  const int chunks = static_cast<int>(cl.num_blocks());
-  const int rank = static_cast<int>(cl.block_rank());
-  const int64_t row = blockIdx.x / chunks;
+  const unsigned chunks = cl.num_blocks();
+  const int64_t rank = cl.block_rank(), stride = gridDim.x / chunks;
   const int64_t first = rank * width + threadIdx.x * N;
   const int len = static_cast<int>(min(rank * width + width, op.cols) - first);
-  const T* x = op.x + row * op.cols + first;
-  // The row's label and weight with the packs: the writes after the merge wait on nothing else.
-  const int64_t y = op.labels[row];
-  const float g = weight[row];
-  Pack<T, N> raw[P];
+  // The thread's packs of `row` into copy `stage` of its slots; one group per row, empty past the
+  // last, so the wait below always leaves exactly the next row's group in flight.
+  auto fetch = [&](int64_t row, int stage) {
+    if (row < rows) {
+      const T* x = op.x + row * op.cols + first;
 #pragma unroll
-  for (int p = 0; p < P; ++p)
-    if (p * kThreads * N < len) raw[p] = load_raw<T, N>(x + p * kThreads * N);
-  CeStats acc = CrossEntropyFwdOp<T>::identity();
+      for (int p = 0; p < P; ++p)
+        if (p * kThreads * N < len) copy_async16(&buf[(stage * P + p) * kThreads + threadIdx.x], x + p * kThreads * N);
+    }
+    commit_copies();
+  };
+  cluster_reduce_init(red, chunks);
+  int64_t row = blockIdx.x / chunks;
+  fetch(row, 0);
+  fetch(row + stride, 1);
+  for (int iter = 0; row < rows; ++iter, row += stride) {
+    const int stage = iter & 1;
+    const int64_t y = op.labels[row];
+    const float g = weight[row];
+    wait_copies<1>();
+    Pack<T, N> raw[P];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const int off = p * kThreads * N;
-    if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
-  }
-  acc = cta_stats<T>(acc);
-  __shared__ CeStats part, row_stats;
-  if (threadIdx.x == 0) part = acc;
-  cl.sync();
-  if (threadIdx.x < 32) {
-    CeStats s = threadIdx.x < chunks ? *cl.map_shared_rank(&part, threadIdx.x) : CrossEntropyFwdOp<T>::identity();
-    s = group_allreduce<32>(s, CeMerge{});
-    if (threadIdx.x == 0) row_stats = s;
-  }
-  cl.sync();  // the peers' partials are read; row_stats is out
-  const CeStats s = row_stats;
-  const float n = op.o.has_mask ? s.n : static_cast<float>(op.cols);
-  float lse;
-  if (rank == 0 && threadIdx.x == 0) {
-    const float xl = ce_label_ok(y, op.cols) ? to_float(op.x[row * op.cols + y]) : NAN;
-    op.loss[row] = ce_row_loss(s, n, xl, y, op.cols, op.o, &lse);
-  }
-  lse = s.max + logf(s.sum);  // ce_row_loss's
-  const CeGradRow gr = ce_grad_row(g, lse, n, y, op.cols, op.o);
-  T* d = dx + row * op.cols + first;
-  const bool* mask = op.mask != nullptr ? op.mask + row * op.cols + first : nullptr;
+    for (int p = 0; p < P; ++p)
+      if (p * kThreads * N < len) raw[p] = buf[(stage * P + p) * kThreads + threadIdx.x];
+    CeStats acc = CrossEntropyFwdOp<T>::identity();
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const int off = p * kThreads * N;
-    if (off < len) {
-      bool keep[N];
-      if (mask != nullptr) {
-        load_mask<N>(mask + off, keep);
-      } else {
+    for (int p = 0; p < P; ++p) {
+      const int off = p * kThreads * N;
+      if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
+    }
+    // The slots are free once the fold has consumed what this thread read from them.
+    fetch(row + 2 * stride, stage);
+    acc = row_allreduce<kThreads, 1>(acc, CeMerge{}, red, iter);
+    const CeStats s = cluster_allreduce(acc, CeMerge{}, red, iter, chunks, CrossEntropyFwdOp<T>::identity());
+    const float n = op.o.has_mask ? s.n : static_cast<float>(op.cols);
+    float lse;
+    if (rank == 0 && threadIdx.x == 0) {
+      const float xl = ce_label_ok(y, op.cols) ? to_float(op.x[row * op.cols + y]) : NAN;
+      op.loss[row] = ce_row_loss(s, n, xl, y, op.cols, op.o, &lse);
+    }
+    lse = s.max + logf(s.sum);  // ce_row_loss's
+    const CeGradRow gr = ce_grad_row(g, lse, n, y, op.cols, op.o);
+    T* d = dx + row * op.cols + first;
+    const bool* mask = op.mask != nullptr ? op.mask + row * op.cols + first : nullptr;
 #pragma unroll
-        for (int k = 0; k < N; ++k) keep[k] = true;
+    for (int p = 0; p < P; ++p) {
+      const int off = p * kThreads * N;
+      if (off < len) {
+        bool keep[N];
+        if (mask != nullptr) {
+          load_mask<N>(mask + off, keep);
+        } else {
+#pragma unroll
+          for (int k = 0; k < N; ++k) keep[k] = true;
+        }
+        float v[N], out[N];
+        unpack(raw[p], v);
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), keep[k], first + off + k, gr);
+        store_pack<T, N>(d + off, out);
       }
-      float v[N], out[N];
-      unpack(raw[p], v);
-#pragma unroll
-      for (int k = 0; k < N; ++k) out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), keep[k], first + off + k, gr);
-      store_pack<T, N>(d + off, out);
     }
   }
 }

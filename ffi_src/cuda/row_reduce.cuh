@@ -72,17 +72,21 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // CTA of the cluster and must be initialized before any peer arrives on them. The cluster barrier
 // that orders the two is split: every thread arrives here and waits at its first row's exchange
 // (row_allreduce), so the first row's loads are in flight meanwhile instead of behind a barrier.
+// `ctas`: the cluster's size when the kernel learns it at run time (cluster_allreduce).
+template <class Smem>
+__device__ __forceinline__ void cluster_reduce_init(Smem& smem, unsigned ctas) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(ctas));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
 template <int kCluster, class Smem>
 __device__ __forceinline__ void row_reduce_init(Smem& smem) {
-  if constexpr (kCluster > 1) {
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(kCluster));
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  }
+  if constexpr (kCluster > 1) cluster_reduce_init(smem, kCluster);
 }
 
 // Arrive, with release at cluster scope (the value pushed before it is visible to whoever
@@ -104,6 +108,37 @@ __device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned pha
       "}\n" ::"r"(smem_addr(bar)),
       "r"(phase)
       : "memory");
+}
+
+// The cluster step of row_allreduce: the same across the cluster's `ctas` CTAs, through
+// distributed shared memory. Each CTA pushes its value into every CTA's slot before the wait, so
+// the reads after it are local: the remote latency overlaps the wait instead of following it
+// (bf16 forward at 262144 columns: 0.90 -> 1.25x XLA, results/NOTES.md v6). Waiting on the
+// mbarrier for the peers' values instead of a cluster barrier: forward+backward +1-7% at
+// 32K-131K (v8). Every thread of the CTA calls it after the CTA barrier of its row's reduction.
+template <class S, int kWarps>
+__device__ __forceinline__ void push_and_wait(const S& v, RowReduceSmem<S, kWarps>& smem, int iter, unsigned ctas) {
+  const int parity = iter & 1;
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank();
+  if (iter == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the init's arrive
+  if (threadIdx.x < ctas) {
+    *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
+    arrive_remote(&smem.arrived[parity], threadIdx.x);
+  }
+  wait_phase(&smem.arrived[parity], (iter >> 1) & 1);
+}
+
+// The cluster step for a cluster whose size `ctas` (<= kMaxCluster) the kernel learns at run time:
+// v of every CTA, merged in the same order in each (a butterfly over kMaxCluster lanes, `identity`
+// past the cluster). cluster_reduce_init() first; the CTA's own all-reduce (row_allreduce with
+// kCluster 1) before each call, for the CTA barrier the reuse of the two copies relies on.
+template <class S, class Merge, int kWarps>
+__device__ __forceinline__ S cluster_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int iter,
+                                               unsigned ctas, S identity) {
+  push_and_wait(v, smem, iter, ctas);
+  const unsigned r = threadIdx.x % kMaxCluster;
+  return group_allreduce<kMaxCluster>(r < ctas ? smem.cta[iter & 1][r] : identity, merge);
 }
 
 // All-reduce over kThreads threads of a CTA (a group of lanes if <= 32, else whole warps) and,
@@ -129,22 +164,10 @@ __device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kW
     v = group_allreduce<W>(smem.warp[parity][first + threadIdx.x % W], merge);
   }
   if constexpr (kCluster > 1) {
-    // The same across the cluster's CTAs, through distributed shared memory.
     static_assert(kCluster <= kMaxCluster, "cluster too large");
-    cg::cluster_group cluster = cg::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    if (iter == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // row_reduce_init's
-    // Each CTA pushes its value into every CTA's slot before the wait, so the reads after it
-    // are local: the remote latency overlaps the wait instead of following it (bf16 forward
-    // at 262144 columns: 0.90 -> 1.25x XLA, results/NOTES.md v6). Waiting on the mbarrier for
-    // the peers' values instead of a cluster barrier: forward+backward +1-7% at 32K-131K (v8).
     static_assert(kThreads > 32, "a cluster row spans whole warps (the reuse argument needs the CTA barrier)");
-    if (threadIdx.x < kCluster) {
-      *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
-      arrive_remote(&smem.arrived[parity], threadIdx.x);
-    }
-    wait_phase(&smem.arrived[parity], (iter >> 1) & 1);
-    v = group_allreduce<kCluster>(smem.cta[parity][threadIdx.x % kCluster], merge);
+    push_and_wait(v, smem, iter, kCluster);
+    v = group_allreduce<kCluster>(smem.cta[iter & 1][threadIdx.x % kCluster], merge);
   }
   return v;
 }
