@@ -1,4 +1,6 @@
 // Softmax cross-entropy forward and backward CUDA handlers; kernels in cross_entropy_ops.cuh.
+#include <cstdlib>
+
 #include "common/signatures.h"
 #include "cuda/cross_entropy_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -176,19 +178,29 @@ ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, f
     constexpr int V = kVecOf<T>;
     const bool vec = s.cols % V == 0 && aligned16(op.x) && aligned16(op.mask) && aligned16(dx);
     const int64_t chunks = ceil_div(s.cols, ce::kThreads * ce::kFwdChunkPacks * V);
-    if (vec && device_facts().clusters && chunks <= kMaxCluster) {
+    if (vec && device_facts().clusters && chunks <= kMaxCluster && s.rows * chunks <= INT32_MAX) {
       using ce::Fold;
+      const Chunking k = balanced_chunks(s.cols, chunks, V);
+      const int cluster = static_cast<int>(k.chunks);
+      const char* knob = getenv("JAXNORM_TEMP_CE_STREAM");
+      if (knob != nullptr && knob[0] == '1') {
+        auto kernel = op.mask != nullptr ? ce::fwd_grad_stream_kernel<T, V, Fold::kGeneral>
+                      : o.smoothing != 0.f ? ce::fwd_grad_stream_kernel<T, V, Fold::kWithSum>
+                                           : ce::fwd_grad_stream_kernel<T, V, Fold::kPlain>;
+        constexpr size_t smem = ce::fwd_grad_smem<T, V>();
+        const int clusters = max_active_clusters(kernel, ce::kThreads, cluster, smem);
+        if (clusters > 0) {
+          const int64_t grid = std::min<int64_t>(s.rows, clusters) * cluster;
+          return launch_with_smem(kernel, dim3(static_cast<unsigned>(grid)), dim3(ce::kThreads), cluster, smem,
+                                  stream, "cross-entropy forward and gradient", op, s.rows, w, dx, k.width);
+        }
+      }
       auto kernel = op.mask != nullptr ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
                     : o.smoothing != 0.f ? ce::fwd_grad_kernel<T, V, Fold::kWithSum>
                                          : ce::fwd_grad_kernel<T, V, Fold::kPlain>;
-      const Chunking k = balanced_chunks(s.cols, chunks, V);
-      const int cluster = static_cast<int>(k.chunks);
-      constexpr size_t smem = ce::fwd_grad_smem<T, V>();
-      const int clusters = max_active_clusters(kernel, ce::kThreads, cluster, smem);
-      if (clusters > 0) {
-        const int64_t grid = std::min<int64_t>(s.rows, clusters) * cluster;
-        return launch_with_smem(kernel, dim3(static_cast<unsigned>(grid)), dim3(ce::kThreads), cluster, smem, stream,
-                                "cross-entropy forward and gradient", op, s.rows, w, dx, k.width);
+      if (max_active_clusters(kernel, ce::kThreads, cluster) > 0) {
+        return launch(kernel, dim3(static_cast<unsigned>(s.rows * k.chunks)), dim3(ce::kThreads), cluster, stream,
+                      "cross-entropy forward and gradient", op, s.rows, w, dx, k.width);
       }
     }
     ffi::AnyBuffer p = *partials;

@@ -33,6 +33,22 @@ __device__ __forceinline__ float ce_exp(float d) {
   }
 }
 
+// exp(v - m) for a fixed m: for 16-bit logits ex2 of one FFMA against m log2(e), whose rounding
+// moves the result by ~|m| 2^-24 relative, far below a 16-bit dlogit's rounding and the loss's
+// float32 sum (the fused kernel was issue-bound, h100-cross-entropy.md); float32 expf(v - m).
+template <class T>
+struct CeExpFrom {
+  float m;
+  __device__ explicit CeExpFrom(float shift) : m(sizeof(T) == 2 ? shift * kLog2e : shift) {}
+  __device__ float operator()(float v) const {
+    if constexpr (sizeof(T) == 2) {
+      return ex2_approx(fmaf(v, kLog2e, -m));
+    } else {
+      return expf(v - m);
+    }
+  }
+};
+
 // A masked position travels to thread_stats() as this NaN, which no logit carries once convert()
 // has given float32 NaNs the canonical payload (16-bit logits widen with zero low bits): the
 // statistics skip it, while a kept NaN or -inf counts, exactly as the math says.
@@ -251,10 +267,11 @@ __device__ __forceinline__ bool fold_finite_pack(CeStats& acc, const float (&v)[
     acc.sum = ce_rescale(acc.sum, acc.max, pm);
     acc.max = pm;
   }
+  const CeExpFrom<T> ex(acc.max);
   float e = 0.f, x = 0.f;
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    e += ce_exp<T>(v[k] - acc.max);  // a NaN element makes the sum NaN; -inf adds 0
+    e += ex(v[k]);  // a NaN element makes the sum NaN; -inf adds 0
     if constexpr (kSum) x += v[k];
   }
   acc.sum += e;
@@ -375,24 +392,113 @@ __global__ void __launch_bounds__(kThreads, kMask ? kBwdMaskedChunkCtas : kBwdCh
   }
 }
 
-// The forward and the gradient from one read (the reduced losses, jaxnorm/cross_entropy.py): a
-// row per cluster of `chunks` CTAs, each holding one step of packs (at most kThreads *
+// ---- the forward and the gradient from one read (the reduced losses, jaxnorm/cross_entropy.py) ----
+
+// A row per cluster of `chunks` CTAs, each holding one step of packs (at most kThreads *
 // kFwdChunkPacks * N columns) in registers while the cluster merges the statistics, then writing
 // its columns of dlogits = weight[row] * d loss_row / d logits from them: the logits are read
-// once and dlogits written once, where the forward and backward kernels read them twice.
-// Clusters are persistent, taking rows in turn, and each CTA copies its packs of its next two
-// rows into shared memory asynchronously (fwd_grad_smem): a CTA that held only its one row
-// stalled between its load and its stores, 2.1 TB/s at bf16 8192 x 128256 (h100-cross-entropy.md).
-// Every CTA merges the partials of all in the same order, so all hold the same statistics; CTA 0
+// once and dlogits written once, where the forward and backward kernels read them twice. Every
+// CTA merges the partials of all in the same order, so all hold the same statistics; CTA 0
 // writes the loss.
+
+// The thread's columns of dlogits from its held packs, as ce_grad() computes them, with the
+// row's cases out of the element loop and the label found by one 32-bit compare a pack.
+template <class T, int N, int P, bool kMasked>
+__device__ __forceinline__ void store_grads(const Pack<T, N> (&raw)[P], int len, int64_t first, const CeGradRow& gr,
+                                            const bool* mask, T* d) {
+  if (gr.off || gr.nan_row) {
+    float fill[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) fill[k] = gr.off ? 0.f : NAN;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (p * kThreads * N < len) store_pack<T, N>(d + p * kThreads * N, fill);
+    return;
+  }
+  const int64_t label = gr.label - first;  // from the thread's first column
+  const int rel = label >= 0 && label < len ? static_cast<int>(label) : -1;
+  const CeExpFrom<T> ex(gr.lse);
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int off = p * kThreads * N;
+    if (off < len) {
+      float v[N], out[N];
+      unpack(raw[p], v);
+      bool keep[N];
+      if constexpr (kMasked) load_mask<N>(mask + off, keep);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float g = fmaf(gr.a, ex(v[k]), -gr.b);
+        out[k] = !kMasked || keep[k] ? g : 0.f;
+      }
+      if (static_cast<unsigned>(rel - off) < static_cast<unsigned>(N)) {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          if (off + k == rel) out[k] -= gr.c;
+      }
+      store_pack<T, N>(d + off, out);
+    }
+  }
+}
+
+// The loss (CTA 0's thread 0) and the gradient's row constants from the row's statistics.
+template <class T>
+__device__ __forceinline__ CeGradRow finish_row(const CrossEntropyFwdOp<T>& op, const CeStats& s, int64_t row,
+                                                int64_t y, float g, bool writes_loss) {
+  const float n = op.o.has_mask ? s.n : static_cast<float>(op.cols);
+  float lse;
+  if (writes_loss) {
+    const float xl = ce_label_ok(y, op.cols) ? to_float(op.x[row * op.cols + y]) : NAN;
+    op.loss[row] = ce_row_loss(s, n, xl, y, op.cols, op.o, &lse);
+  }
+  lse = s.max + logf(s.sum);  // ce_row_loss's
+  return ce_grad_row(g, lse, n, y, op.cols, op.o);
+}
+
+// One row per cluster, its packs loaded straight into registers.
+template <class T, int N, Fold kFold>
+__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, int64_t rows,
+                                                                         const float* weight, T* dx, int64_t width) {
+  constexpr int P = kFwdChunkPacks;
+  __shared__ RowReduceSmem<CeStats, kThreads / 32> red;
+  const cg::cluster_group cl = cg::this_cluster();
+  const unsigned chunks = cl.num_blocks();
+  const int64_t rank = cl.block_rank(), row = blockIdx.x / chunks;
+  const int64_t first = rank * width + threadIdx.x * N;
+  const int len = static_cast<int>(min(rank * width + width, op.cols) - first);
+  const T* x = op.x + row * op.cols + first;
+  cluster_reduce_init(red, chunks);
+  // The row's label and weight with the packs: the writes after the merge wait on nothing else.
+  const int64_t y = op.labels[row];
+  const float g = weight[row];
+  Pack<T, N> raw[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (p * kThreads * N < len) raw[p] = load_raw<T, N>(x + p * kThreads * N);
+  CeStats acc = CrossEntropyFwdOp<T>::identity();
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int off = p * kThreads * N;
+    if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
+  }
+  acc = row_allreduce<kThreads, 1>(acc, CeMerge{}, red, 0);
+  const CeStats s = cluster_allreduce(acc, CeMerge{}, red, 0, chunks, CrossEntropyFwdOp<T>::identity());
+  const CeGradRow gr = finish_row(op, s, row, y, g, rank == 0 && threadIdx.x == 0);
+  const bool* mask = kFold == Fold::kGeneral ? op.mask + row * op.cols + first : nullptr;
+  store_grads<T, N, P, kFold == Fold::kGeneral>(raw, len, first, gr, mask, dx + row * op.cols + first);
+}
+
+// TEMP A/B: persistent clusters taking rows in turn, each CTA copying its packs of its next two
+// rows into shared memory asynchronously (fwd_grad_smem) while it works on one.
 template <class T, int N>
 constexpr size_t fwd_grad_smem() {
   return 2 * kFwdChunkPacks * kThreads * sizeof(Pack<T, N>);
 }
 
 template <class T, int N, Fold kFold>
-__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, int64_t rows,
-                                                                         const float* weight, T* dx, int64_t width) {
+__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_stream_kernel(CrossEntropyFwdOp<T> op, int64_t rows,
+                                                                                const float* weight, T* dx,
+                                                                                int64_t width) {
   constexpr int P = kFwdChunkPacks;
   extern __shared__ __align__(16) unsigned char fwd_grad_buf[];
   Pack<T, N>* const buf = reinterpret_cast<Pack<T, N>*>(fwd_grad_buf);  // [2][P][kThreads]
@@ -436,34 +542,9 @@ __global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossE
     fetch(row + 2 * stride, stage);
     acc = row_allreduce<kThreads, 1>(acc, CeMerge{}, red, iter);
     const CeStats s = cluster_allreduce(acc, CeMerge{}, red, iter, chunks, CrossEntropyFwdOp<T>::identity());
-    const float n = op.o.has_mask ? s.n : static_cast<float>(op.cols);
-    float lse;
-    if (rank == 0 && threadIdx.x == 0) {
-      const float xl = ce_label_ok(y, op.cols) ? to_float(op.x[row * op.cols + y]) : NAN;
-      op.loss[row] = ce_row_loss(s, n, xl, y, op.cols, op.o, &lse);
-    }
-    lse = s.max + logf(s.sum);  // ce_row_loss's
-    const CeGradRow gr = ce_grad_row(g, lse, n, y, op.cols, op.o);
-    T* d = dx + row * op.cols + first;
-    const bool* mask = op.mask != nullptr ? op.mask + row * op.cols + first : nullptr;
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int off = p * kThreads * N;
-      if (off < len) {
-        bool keep[N];
-        if (mask != nullptr) {
-          load_mask<N>(mask + off, keep);
-        } else {
-#pragma unroll
-          for (int k = 0; k < N; ++k) keep[k] = true;
-        }
-        float v[N], out[N];
-        unpack(raw[p], v);
-#pragma unroll
-        for (int k = 0; k < N; ++k) out[k] = ce_grad(ce_exp<T>(v[k] - gr.lse), keep[k], first + off + k, gr);
-        store_pack<T, N>(d + off, out);
-      }
-    }
+    const CeGradRow gr = finish_row(op, s, row, y, g, rank == 0 && threadIdx.x == 0);
+    const bool* mask = kFold == Fold::kGeneral ? op.mask + row * op.cols + first : nullptr;
+    store_grads<T, N, P, kFold == Fold::kGeneral>(raw, len, first, gr, mask, dx + row * op.cols + first);
   }
 }
 
