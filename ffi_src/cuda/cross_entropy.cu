@@ -1,6 +1,4 @@
 // Softmax cross-entropy forward and backward CUDA handlers; kernels in cross_entropy_ops.cuh.
-#include <cstdlib>
-
 #include "common/signatures.h"
 #include "cuda/cross_entropy_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -182,25 +180,12 @@ ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, f
       using ce::Fold;
       const Chunking k = balanced_chunks(s.cols, chunks, V);
       const int cluster = static_cast<int>(k.chunks);
-      const char* knob = getenv("JAXNORM_TEMP_CE_STREAM");
-      if (knob != nullptr && knob[0] == '1') {
-        auto kernel = op.mask != nullptr ? ce::fwd_grad_stream_kernel<T, V, Fold::kGeneral>
-                      : o.smoothing != 0.f ? ce::fwd_grad_stream_kernel<T, V, Fold::kWithSum>
-                                           : ce::fwd_grad_stream_kernel<T, V, Fold::kPlain>;
-        constexpr size_t smem = ce::fwd_grad_smem<T, V>();
-        const int clusters = max_active_clusters(kernel, ce::kThreads, cluster, smem);
-        if (clusters > 0) {
-          const int64_t grid = std::min<int64_t>(s.rows, clusters) * cluster;
-          return launch_with_smem(kernel, dim3(static_cast<unsigned>(grid)), dim3(ce::kThreads), cluster, smem,
-                                  stream, "cross-entropy forward and gradient", op, s.rows, w, dx, k.width);
-        }
-      }
       auto kernel = op.mask != nullptr ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
                     : o.smoothing != 0.f ? ce::fwd_grad_kernel<T, V, Fold::kWithSum>
                                          : ce::fwd_grad_kernel<T, V, Fold::kPlain>;
       if (max_active_clusters(kernel, ce::kThreads, cluster) > 0) {
         return launch(kernel, dim3(static_cast<unsigned>(s.rows * k.chunks)), dim3(ce::kThreads), cluster, stream,
-                      "cross-entropy forward and gradient", op, s.rows, w, dx, k.width);
+                      "cross-entropy forward and gradient", op, w, dx, k.width);
       }
     }
     ffi::AnyBuffer p = *partials;

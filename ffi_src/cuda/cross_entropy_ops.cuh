@@ -8,7 +8,6 @@
 #pragma once
 
 #include "common/cross_entropy_math.h"
-#include "cuda/async_copy.cuh"
 #include "cuda/device_types.cuh"
 #include "cuda/divisor.h"
 #include "cuda/row_tiles.cuh"
@@ -33,9 +32,11 @@ __device__ __forceinline__ float ce_exp(float d) {
   }
 }
 
-// exp(v - m) for a fixed m: for 16-bit logits ex2 of one FFMA against m log2(e), whose rounding
-// moves the result by ~|m| 2^-24 relative, far below a 16-bit dlogit's rounding and the loss's
-// float32 sum (the fused kernel was issue-bound, h100-cross-entropy.md); float32 expf(v - m).
+// exp(v - lse) for the gradient: for 16-bit logits ex2 of one FFMA against lse log2(e), whose
+// rounding moves the argument by ~|lse| 2^-24, the order of lse's own float32 rounding that every
+// dlogit already carries (the fused kernel was issue-bound, h100-cross-entropy.md). Not for the
+// forward's sums: the max they subtract is exact, and large logits made the loss 6x its tolerance
+// (float16, test_split_rows). Float32 logits: expf(v - lse).
 template <class T>
 struct CeExpFrom {
   float m;
@@ -267,11 +268,10 @@ __device__ __forceinline__ bool fold_finite_pack(CeStats& acc, const float (&v)[
     acc.sum = ce_rescale(acc.sum, acc.max, pm);
     acc.max = pm;
   }
-  const CeExpFrom<T> ex(acc.max);
   float e = 0.f, x = 0.f;
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    e += ex(v[k]);  // a NaN element makes the sum NaN; -inf adds 0
+    e += ce_exp<T>(v[k] - acc.max);  // a NaN element makes the sum NaN; -inf adds 0
     if constexpr (kSum) x += v[k];
   }
   acc.sum += e;
@@ -455,10 +455,12 @@ __device__ __forceinline__ CeGradRow finish_row(const CrossEntropyFwdOp<T>& op, 
   return ce_grad_row(g, lse, n, y, op.cols, op.o);
 }
 
-// One row per cluster, its packs loaded straight into registers.
+// One row per cluster, its packs loaded straight into registers. Persistent clusters that copied
+// their next two rows into shared memory (cp.async) while working on one lost the same-call A/B:
+// 1.07-1.14x the time at bf16 and float32 128256, 1.00x at bf16 32000 (h100-cross-entropy.md).
 template <class T, int N, Fold kFold>
-__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, int64_t rows,
-                                                                         const float* weight, T* dx, int64_t width) {
+__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, const float* weight,
+                                                                         T* dx, int64_t width) {
   constexpr int P = kFwdChunkPacks;
   __shared__ RowReduceSmem<CeStats, kThreads / 32> red;
   const cg::cluster_group cl = cg::this_cluster();
@@ -486,66 +488,6 @@ __global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossE
   const CeGradRow gr = finish_row(op, s, row, y, g, rank == 0 && threadIdx.x == 0);
   const bool* mask = kFold == Fold::kGeneral ? op.mask + row * op.cols + first : nullptr;
   store_grads<T, N, P, kFold == Fold::kGeneral>(raw, len, first, gr, mask, dx + row * op.cols + first);
-}
-
-// TEMP A/B: persistent clusters taking rows in turn, each CTA copying its packs of its next two
-// rows into shared memory asynchronously (fwd_grad_smem) while it works on one.
-template <class T, int N>
-constexpr size_t fwd_grad_smem() {
-  return 2 * kFwdChunkPacks * kThreads * sizeof(Pack<T, N>);
-}
-
-template <class T, int N, Fold kFold>
-__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_stream_kernel(CrossEntropyFwdOp<T> op, int64_t rows,
-                                                                                const float* weight, T* dx,
-                                                                                int64_t width) {
-  constexpr int P = kFwdChunkPacks;
-  extern __shared__ __align__(16) unsigned char fwd_grad_buf[];
-  Pack<T, N>* const buf = reinterpret_cast<Pack<T, N>*>(fwd_grad_buf);  // [2][P][kThreads]
-  __shared__ RowReduceSmem<CeStats, kThreads / 32> red;
-  const cg::cluster_group cl = cg::this_cluster();
-  const unsigned chunks = cl.num_blocks();
-  const int64_t rank = cl.block_rank(), stride = gridDim.x / chunks;
-  const int64_t first = rank * width + threadIdx.x * N;
-  const int len = static_cast<int>(min(rank * width + width, op.cols) - first);
-  // The thread's packs of `row` into copy `stage` of its slots; one group per row, empty past the
-  // last, so the wait below always leaves exactly the next row's group in flight.
-  auto fetch = [&](int64_t row, int stage) {
-    if (row < rows) {
-      const T* x = op.x + row * op.cols + first;
-#pragma unroll
-      for (int p = 0; p < P; ++p)
-        if (p * kThreads * N < len) copy_async16(&buf[(stage * P + p) * kThreads + threadIdx.x], x + p * kThreads * N);
-    }
-    commit_copies();
-  };
-  cluster_reduce_init(red, chunks);
-  int64_t row = blockIdx.x / chunks;
-  fetch(row, 0);
-  fetch(row + stride, 1);
-  for (int iter = 0; row < rows; ++iter, row += stride) {
-    const int stage = iter & 1;
-    const int64_t y = op.labels[row];
-    const float g = weight[row];
-    wait_copies<1>();
-    Pack<T, N> raw[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (p * kThreads * N < len) raw[p] = buf[(stage * P + p) * kThreads + threadIdx.x];
-    CeStats acc = CrossEntropyFwdOp<T>::identity();
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int off = p * kThreads * N;
-      if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
-    }
-    // The slots are free once the fold has consumed what this thread read from them.
-    fetch(row + 2 * stride, stage);
-    acc = row_allreduce<kThreads, 1>(acc, CeMerge{}, red, iter);
-    const CeStats s = cluster_allreduce(acc, CeMerge{}, red, iter, chunks, CrossEntropyFwdOp<T>::identity());
-    const CeGradRow gr = finish_row(op, s, row, y, g, rank == 0 && threadIdx.x == 0);
-    const bool* mask = kFold == Fold::kGeneral ? op.mask + row * op.cols + first : nullptr;
-    store_grads<T, N, P, kFold == Fold::kGeneral>(raw, len, first, gr, mask, dx + row * op.cols + first);
-  }
 }
 
 }  // namespace ce
