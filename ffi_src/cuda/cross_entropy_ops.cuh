@@ -279,20 +279,6 @@ __device__ __forceinline__ bool fold_finite_pack(CeStats& acc, const float (&v)[
   return true;
 }
 
-// The statistics of a CTA's chunk, reduced over its threads in a fixed order: every thread of
-// warp 0 gets them.
-template <class T>
-__device__ __forceinline__ CeStats cta_stats(CeStats acc) {
-  acc = group_allreduce<32>(acc, CeMerge{});
-  __shared__ CeStats warp[kThreads / 32];
-  if (threadIdx.x % 32 == 0) warp[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    acc = group_allreduce<kThreads / 32>(threadIdx.x < kThreads / 32 ? warp[threadIdx.x] : acc, CeMerge{});
-  }
-  return acc;
-}
-
 // Folds the converted pack v (columns from `col`) into acc: the fast fold where kFold allows and
 // the pack's largest is finite, else the op's general statistics and a merge.
 template <class T, int N, Fold kFold>
@@ -333,7 +319,8 @@ __global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdMasked
       if (off < len) fold_pack<T, N, kFold>(op, c.row, first + off, raw[p], acc);
     }
   }
-  acc = cta_stats<T>(acc);
+  __shared__ RowReduceSmem<CeStats, kThreads / 32> red;
+  acc = row_allreduce<kThreads, 1>(acc, CeMerge{}, red, 0);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
