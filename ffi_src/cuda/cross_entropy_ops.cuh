@@ -234,7 +234,12 @@ constexpr int kFwdChunkPacks = 8;
 // and four at 4 (898, 904 against 815 us at 8192 x 128256; results/h100-cross-entropy.md).
 constexpr int kFwdChunkCtas = 4, kFwdMaskedChunkCtas = 3;
 constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
-constexpr int kFwdGradCtas = 3;  // fwd_grad_kernel: the forward's packs held through the merge
+// fwd_grad_kernel holds the forward's packs through the cluster merge. Unmasked at 4 CTAs (64
+// registers at bf16, no spill) against 3: bf16 8192 x 32000 / 128256 / 256000 369 / 1585 / 3269
+// against 414 / 1673 / 3625 us, float32 unchanged; packs in shared memory by cp.async at 5 or 6
+// CTAs lost (1.03-1.07x at bf16 128256, 1.04x at float32; h100-cross-entropy.md). The masked
+// kernel stays at 3: at 4 its bf16 instance spills 56 bytes.
+constexpr int kFwdGradCtas = 4, kFwdGradMaskedCtas = 3;
 
 // A CTA's share of a row: columns [begin, end) of row `row`, chunks of `width` columns.
 struct Chunk {
@@ -446,8 +451,8 @@ __device__ __forceinline__ CeGradRow finish_row(const CrossEntropyFwdOp<T>& op, 
 // their next two rows into shared memory (cp.async) while working on one lost the same-call A/B:
 // 1.07-1.14x the time at bf16 and float32 128256, 1.00x at bf16 32000 (h100-cross-entropy.md).
 template <class T, int N, Fold kFold>
-__global__ void __launch_bounds__(kThreads, kFwdGradCtas) fwd_grad_kernel(CrossEntropyFwdOp<T> op, const float* weight,
-                                                                         T* dx, int64_t width) {
+__global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdGradMaskedCtas : kFwdGradCtas)
+    fwd_grad_kernel(CrossEntropyFwdOp<T> op, const float* weight, T* dx, int64_t width) {
   constexpr int P = kFwdChunkPacks;
   __shared__ RowReduceSmem<CeStats, kThreads / 32> red;
   const cg::cluster_group cl = cg::this_cluster();
