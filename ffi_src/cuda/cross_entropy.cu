@@ -1,4 +1,6 @@
 // Softmax cross-entropy forward and backward CUDA handlers; kernels in cross_entropy_ops.cuh.
+#include <cstdlib>
+
 #include "common/signatures.h"
 #include "cuda/cross_entropy_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -180,9 +182,14 @@ ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, f
       using ce::Fold;
       const Chunking k = balanced_chunks(s.cols, chunks, V);
       const int cluster = static_cast<int>(k.chunks);
-      auto kernel = op.mask != nullptr ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
-                    : o.smoothing != 0.f ? ce::fwd_grad_kernel<T, V, Fold::kWithSum>
-                                         : ce::fwd_grad_kernel<T, V, Fold::kPlain>;
+      const char* knob = getenv("JAXNORM_TEMP_CE_MERGE");  // TEMP A/B
+      const bool pairs = knob != nullptr && knob[0] == '0';
+      auto kernel = op.mask != nullptr  ? (pairs ? ce::fwd_grad_kernel<T, V, Fold::kGeneral, true>
+                                                 : ce::fwd_grad_kernel<T, V, Fold::kGeneral, false>)
+                    : o.smoothing != 0.f ? (pairs ? ce::fwd_grad_kernel<T, V, Fold::kWithSum, true>
+                                                  : ce::fwd_grad_kernel<T, V, Fold::kWithSum, false>)
+                    : (pairs ? ce::fwd_grad_kernel<T, V, Fold::kPlain, true>
+                             : ce::fwd_grad_kernel<T, V, Fold::kPlain, false>);
       if (max_active_clusters(kernel, ce::kThreads, cluster) > 0) {
         return launch(kernel, dim3(static_cast<unsigned>(s.rows * k.chunks)), dim3(ce::kThreads), cluster, stream,
                       "cross-entropy forward and gradient", op, w, dx, k.width);

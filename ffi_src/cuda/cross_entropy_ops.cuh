@@ -7,6 +7,8 @@
 // chunk of a row on wide rows, so each CTA reads its row's label and statistics once.
 #pragma once
 
+#include <type_traits>
+
 #include "common/cross_entropy_math.h"
 #include "cuda/device_types.cuh"
 #include "cuda/divisor.h"
@@ -15,7 +17,35 @@
 
 namespace jaxnorm {
 
+// A group of lanes all-reduces the statistics as MaxSumMerge does: the max by one butterfly,
+// each lane's sum rescaled to it once, then plain sums, where a merge at every level takes two
+// exps; the logits' sum (kXsum: label smoothing) and the kept count (kCount: a mask) only where
+// the kernel's fold makes them. Merges were a quarter of the fused kernel's instructions (ncu,
+// bf16 8192 x 128256: 1751 a warp a CTA, issue slots 66% busy). fmaxf skips a NaN max, whose
+// lane's sum is NaN too, and so is the row's. Symmetric: every lane ends with the same bits.
+template <bool kXsum = true, bool kCount = true>
 struct CeMerge {
+  __device__ CeStats operator()(CeStats a, CeStats b) const { return ce_merge(a, b); }
+
+  static constexpr bool kGroupAllReduce = true;
+  template <int kWidth>
+  __device__ CeStats group(CeStats v) const {
+    float m = v.max;
+#pragma unroll
+    for (int mask = kWidth / 2; mask > 0; mask /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask, kWidth));
+    CeStats r{m, ce_rescale(v.sum, v.max, m), v.xsum, v.n};
+#pragma unroll
+    for (int mask = kWidth / 2; mask > 0; mask /= 2) {
+      r.sum += __shfl_xor_sync(0xffffffffu, r.sum, mask, kWidth);
+      if constexpr (kXsum) r.xsum += __shfl_xor_sync(0xffffffffu, r.xsum, mask, kWidth);
+      if constexpr (kCount) r.n += __shfl_xor_sync(0xffffffffu, r.n, mask, kWidth);
+    }
+    return r;
+  }
+};
+
+// TEMP A/B (JAXNORM_TEMP_CE_MERGE=0): a merge at every level, the merge before the one above.
+struct CePairMerge {
   __device__ CeStats operator()(CeStats a, CeStats b) const { return ce_merge(a, b); }
 };
 
@@ -60,7 +90,7 @@ template <class T>
 struct CrossEntropyFwdOp : MaskedRowsIn<T> {
   using Type = T;
   using Stats = CeStats;
-  using Merge = CeMerge;
+  using Merge = CeMerge<>;
   static constexpr TileBudget kBudget = kForwardBudget;
   static constexpr bool kCanHoldRaw = false;
   using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;
@@ -325,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdMasked
     }
   }
   __shared__ RowReduceSmem<CeStats, kThreads / 32> red;
-  acc = row_allreduce<kThreads, 1>(acc, CeMerge{}, red, 0);
+  acc = row_allreduce<kThreads, 1>(acc, CeMerge<>{}, red, 0);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
@@ -341,7 +371,7 @@ __global__ void __launch_bounds__(32 * kMergeRows) fwd_merge_kernel(CrossEntropy
   const int lane = threadIdx.x % 32;
   CeStats s = CrossEntropyFwdOp<T>::identity();
   for (int64_t k = lane; k < chunks; k += 32) s = ce_merge(s, partials[row * chunks + k]);
-  s = group_allreduce<32>(s, CeMerge{});
+  s = group_allreduce<32>(s, CeMerge<>{});
   op.finalize(s, s, row, lane == 0);
 }
 
@@ -450,7 +480,7 @@ __device__ __forceinline__ CeGradRow finish_row(const CrossEntropyFwdOp<T>& op, 
 // One row per cluster, its packs loaded straight into registers. Persistent clusters that copied
 // their next two rows into shared memory (cp.async) while working on one lost the same-call A/B:
 // 1.07-1.14x the time at bf16 and float32 128256, 1.00x at bf16 32000 (h100-cross-entropy.md).
-template <class T, int N, Fold kFold>
+template <class T, int N, Fold kFold, bool kPairMerge>
 __global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdGradMaskedCtas : kFwdGradCtas)
     fwd_grad_kernel(CrossEntropyFwdOp<T> op, const float* weight, T* dx, int64_t width) {
   constexpr int P = kFwdChunkPacks;
@@ -475,8 +505,10 @@ __global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdGradMa
     const int off = p * kThreads * N;
     if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
   }
-  acc = row_allreduce<kThreads, 1>(acc, CeMerge{}, red, 0);
-  const CeStats s = cluster_allreduce(acc, CeMerge{}, red, 0, chunks, CrossEntropyFwdOp<T>::identity());
+  using Merge = std::conditional_t<kPairMerge, CePairMerge,
+                                   CeMerge<kFold != Fold::kPlain, kFold == Fold::kGeneral>>;
+  acc = row_allreduce<kThreads, 1>(acc, Merge{}, red, 0);
+  const CeStats s = cluster_allreduce(acc, Merge{}, red, 0, chunks, CrossEntropyFwdOp<T>::identity());
   const CeGradRow gr = finish_row(op, s, row, y, g, rank == 0 && threadIdx.x == 0);
   const bool* mask = kFold == Fold::kGeneral ? op.mask + row * op.cols + first : nullptr;
   store_grads<T, N, P, kFold == Fold::kGeneral>(raw, len, first, gr, mask, dx + row * op.cols + first);
