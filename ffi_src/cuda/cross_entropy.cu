@@ -111,8 +111,8 @@ ffi::Error cross_entropy_bwd(const ce::BwdArgs<T>& a, int64_t rows, cudaStream_t
       auto go = [&](auto kernel) {
         return launch(kernel, grid, dim3(ce::kThreads), 1, stream, "cross-entropy backward", a, k.chunks, k.width);
       };
-      if (vec) return a.mask ? go(ce::bwd_chunk_kernel<T, V, true>) : go(ce::bwd_chunk_kernel<T, V, false>);
-      return a.mask ? go(ce::bwd_chunk_kernel<T, 1, true>) : go(ce::bwd_chunk_kernel<T, 1, false>);
+      if (vec) return a.mask ? go(ce::bwd_chunk_kernel<T, V, true>) : go(ce::bwd_chunk_kernel<T, V, true>);
+      return a.mask ? go(ce::bwd_chunk_kernel<T, 1, true>) : go(ce::bwd_chunk_kernel<T, 1, true>);
     }
   }
   return vec ? launch_bwd<T, V>(a, rows, stream) : launch_bwd<T, 1>(a, rows, stream);
@@ -182,14 +182,14 @@ ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, f
       using ce::Fold;
       const Chunking k = balanced_chunks(s.cols, chunks, V);
       const int cluster = static_cast<int>(k.chunks);
-      const char* knob = getenv("JAXNORM_TEMP_CE_MERGE");  // TEMP A/B
-      const bool pairs = knob != nullptr && knob[0] == '0';
-      auto kernel = op.mask != nullptr  ? (pairs ? ce::fwd_grad_kernel<T, V, Fold::kGeneral, true>
-                                                 : ce::fwd_grad_kernel<T, V, Fold::kGeneral, false>)
-                    : o.smoothing != 0.f ? (pairs ? ce::fwd_grad_kernel<T, V, Fold::kWithSum, true>
-                                                  : ce::fwd_grad_kernel<T, V, Fold::kWithSum, false>)
-                    : (pairs ? ce::fwd_grad_kernel<T, V, Fold::kPlain, true>
-                             : ce::fwd_grad_kernel<T, V, Fold::kPlain, false>);
+      const char* knob = getenv("JAXNORM_TEMP_CE_FOLD");  // TEMP A/B
+      const bool per_pack = knob != nullptr && knob[0] == '0';
+      auto kernel = op.mask != nullptr  ? (per_pack ? ce::fwd_grad_kernel<T, V, Fold::kGeneral, false>
+                                                 : ce::fwd_grad_kernel<T, V, Fold::kGeneral, true>)
+                    : o.smoothing != 0.f ? (per_pack ? ce::fwd_grad_kernel<T, V, Fold::kWithSum, false>
+                                                  : ce::fwd_grad_kernel<T, V, Fold::kWithSum, true>)
+                    : (per_pack ? ce::fwd_grad_kernel<T, V, Fold::kPlain, false>
+                             : ce::fwd_grad_kernel<T, V, Fold::kPlain, true>);
       if (max_active_clusters(kernel, ce::kThreads, cluster) > 0) {
         return launch(kernel, dim3(static_cast<unsigned>(s.rows * k.chunks)), dim3(ce::kThreads), cluster, stream,
                       "cross-entropy forward and gradient", op, w, dx, k.width);

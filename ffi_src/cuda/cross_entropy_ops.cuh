@@ -21,7 +21,8 @@ namespace jaxnorm {
 // each lane's sum rescaled to it once, then plain sums, where a merge at every level takes two
 // exps; the logits' sum (kXsum: label smoothing) and the kept count (kCount: a mask) only where
 // the kernel's fold makes them. Merges were a quarter of the fused kernel's instructions (ncu,
-// bf16 8192 x 128256: 1751 a warp a CTA, issue slots 66% busy). fmaxf skips a NaN max, whose
+// bf16 8192 x 128256: 1751 a warp a CTA, issue slots 66% busy); this way the kernel took
+// 0.90-0.94x the time (h100-cross-entropy.md). fmaxf skips a NaN max, whose
 // lane's sum is NaN too, and so is the row's. Symmetric: every lane ends with the same bits.
 template <bool kXsum = true, bool kCount = true>
 struct CeMerge {
@@ -42,11 +43,6 @@ struct CeMerge {
     }
     return r;
   }
-};
-
-// TEMP A/B (JAXNORM_TEMP_CE_MERGE=0): a merge at every level, the merge before the one above.
-struct CePairMerge {
-  __device__ CeStats operator()(CeStats a, CeStats b) const { return ce_merge(a, b); }
 };
 
 // exp(d): for 16-bit logits the hardware ex2 (three instructions an element instead of expf's
@@ -329,6 +325,60 @@ __device__ __forceinline__ void fold_pack(const CrossEntropyFwdOp<T>& op, int64_
   acc = ce_merge(acc, op.thread_stats(v, {true}));
 }
 
+// The largest element of the thread's held packs (NaN skipped, as fmaxf does), 16-bit pairs by
+// one packed max (HMNMX2) before any conversion: a quarter of the instructions of converting
+// and comparing each element.
+template <class T, int N, int P>
+__device__ __forceinline__ float held_max(const Pack<T, N> (&raw)[P], int len) {
+  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    T2 m;
+    if constexpr (std::is_same_v<T, __half>) {
+      m = __float2half2_rn(-INFINITY);
+    } else {
+      m = __float2bfloat162_rn(-INFINITY);
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (p * kThreads * N < len)
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) m = __hmax2(m, reinterpret_cast<const T2*>(&raw[p])[i]);
+    return fmaxf(to_float(m.x), to_float(m.y));
+  } else {
+    float m = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (p * kThreads * N < len)
+#pragma unroll
+        for (int i = 0; i < N; ++i) m = fmaxf(m, to_float(raw[p].v[i]));
+    return m;
+  }
+}
+
+// The statistics of a thread's held packs (no mask) against their common max: one exp an
+// element and no running max to move, where fold_pack checks and rescales pack by pack. False,
+// with acc untouched, where that max is not finite (the packs then take fold_pack).
+template <class T, int N, int P, bool kSum>
+__device__ __forceinline__ bool fold_held(const Pack<T, N> (&raw)[P], int len, CeStats& acc) {
+  const float m = held_max<T, N, P>(raw, len);
+  if (!(m > -INFINITY && m < INFINITY)) return false;
+  float e = 0.f, xs = 0.f;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if (p * kThreads * N < len) {
+      float v[N];
+      unpack_again(raw[p], v);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        e += ce_exp<T>(v[k] - m);  // a NaN element makes the sum NaN; -inf adds 0
+        if constexpr (kSum) xs += v[k];
+      }
+    }
+  }
+  acc = {m, e, xs, 0.f};
+  return true;
+}
+
 // The statistics of one chunk of a row into partials[block], each pack folded in as it is
 // converted, then merged across the CTA in a fixed order.
 template <class T, int N, Fold kFold>
@@ -480,7 +530,7 @@ __device__ __forceinline__ CeGradRow finish_row(const CrossEntropyFwdOp<T>& op, 
 // One row per cluster, its packs loaded straight into registers. Persistent clusters that copied
 // their next two rows into shared memory (cp.async) while working on one lost the same-call A/B:
 // 1.07-1.14x the time at bf16 and float32 128256, 1.00x at bf16 32000 (h100-cross-entropy.md).
-template <class T, int N, Fold kFold, bool kPairMerge>
+template <class T, int N, Fold kFold, bool kHeldFold>
 __global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdGradMaskedCtas : kFwdGradCtas)
     fwd_grad_kernel(CrossEntropyFwdOp<T> op, const float* weight, T* dx, int64_t width) {
   constexpr int P = kFwdChunkPacks;
@@ -500,13 +550,14 @@ __global__ void __launch_bounds__(kThreads, kFold == Fold::kGeneral ? kFwdGradMa
   for (int p = 0; p < P; ++p)
     if (p * kThreads * N < len) raw[p] = load_raw<T, N>(x + p * kThreads * N);
   CeStats acc = CrossEntropyFwdOp<T>::identity();
+  if (kFold == Fold::kGeneral || !kHeldFold || !fold_held<T, N, P, kFold == Fold::kWithSum>(raw, len, acc)) {
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const int off = p * kThreads * N;
-    if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
+    for (int p = 0; p < P; ++p) {
+      const int off = p * kThreads * N;
+      if (off < len) fold_pack<T, N, kFold>(op, row, first + off, raw[p], acc);
+    }
   }
-  using Merge = std::conditional_t<kPairMerge, CePairMerge,
-                                   CeMerge<kFold != Fold::kPlain, kFold == Fold::kGeneral>>;
+  using Merge = CeMerge<kFold != Fold::kPlain, kFold == Fold::kGeneral>;
   acc = row_allreduce<kThreads, 1>(acc, Merge{}, red, 0);
   const CeStats s = cluster_allreduce(acc, Merge{}, red, 0, chunks, CrossEntropyFwdOp<T>::identity());
   const CeGradRow gr = finish_row(op, s, row, y, g, rank == 0 && threadIdx.x == 0);
