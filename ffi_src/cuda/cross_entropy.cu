@@ -111,8 +111,8 @@ ffi::Error cross_entropy_bwd(const ce::BwdArgs<T>& a, int64_t rows, cudaStream_t
       auto go = [&](auto kernel) {
         return launch(kernel, grid, dim3(ce::kThreads), 1, stream, "cross-entropy backward", a, k.chunks, k.width);
       };
-      if (vec) return a.mask ? go(ce::bwd_chunk_kernel<T, V, true>) : go(ce::bwd_chunk_kernel<T, V, true>);
-      return a.mask ? go(ce::bwd_chunk_kernel<T, 1, true>) : go(ce::bwd_chunk_kernel<T, 1, true>);
+      if (vec) return a.mask ? go(ce::bwd_chunk_kernel<T, V, true>) : go(ce::bwd_chunk_kernel<T, V, false>);
+      return a.mask ? go(ce::bwd_chunk_kernel<T, 1, true>) : go(ce::bwd_chunk_kernel<T, 1, false>);
     }
   }
   return vec ? launch_bwd<T, V>(a, rows, stream) : launch_bwd<T, 1>(a, rows, stream);
