@@ -1,6 +1,4 @@
 // Softmax cross-entropy forward and backward CUDA handlers; kernels in cross_entropy_ops.cuh.
-#include <cstdlib>
-
 #include "common/signatures.h"
 #include "cuda/cross_entropy_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -182,14 +180,9 @@ ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, f
       using ce::Fold;
       const Chunking k = balanced_chunks(s.cols, chunks, V);
       const int cluster = static_cast<int>(k.chunks);
-      const char* knob = getenv("JAXNORM_TEMP_CE_FOLD");  // TEMP A/B
-      const bool per_pack = knob != nullptr && knob[0] == '0';
-      auto kernel = op.mask != nullptr  ? (per_pack ? ce::fwd_grad_kernel<T, V, Fold::kGeneral, false>
-                                                 : ce::fwd_grad_kernel<T, V, Fold::kGeneral, true>)
-                    : o.smoothing != 0.f ? (per_pack ? ce::fwd_grad_kernel<T, V, Fold::kWithSum, false>
-                                                  : ce::fwd_grad_kernel<T, V, Fold::kWithSum, true>)
-                    : (per_pack ? ce::fwd_grad_kernel<T, V, Fold::kPlain, false>
-                             : ce::fwd_grad_kernel<T, V, Fold::kPlain, true>);
+      auto kernel = op.mask != nullptr    ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
+                    : o.smoothing != 0.f ? ce::fwd_grad_kernel<T, V, Fold::kWithSum>
+                                         : ce::fwd_grad_kernel<T, V, Fold::kPlain>;
       if (max_active_clusters(kernel, ce::kThreads, cluster) > 0) {
         return launch(kernel, dim3(static_cast<unsigned>(s.rows * k.chunks)), dim3(ce::kThreads), cluster, stream,
                       "cross-entropy forward and gradient", op, w, dx, k.width);
