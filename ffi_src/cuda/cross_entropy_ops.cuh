@@ -22,7 +22,7 @@ namespace jaxnorm {
 // exps; the logits' sum (kXsum: label smoothing) and the kept count (kCount: a mask) only where
 // the kernel's fold makes them. Merges were a quarter of the fused kernel's instructions (ncu,
 // bf16 8192 x 128256: 1751 a warp a CTA, issue slots 66% busy); this way the kernel took
-// 0.90-0.94x the time (h100-cross-entropy.md). fmaxf skips a NaN max, whose
+// 0.90-0.97x the time (h100-cross-entropy.md). fmaxf skips a NaN max, whose
 // lane's sum is NaN too, and so is the row's. Symmetric: every lane ends with the same bits.
 template <bool kXsum = true, bool kCount = true>
 struct CeMerge {
@@ -263,7 +263,7 @@ constexpr int kBwdChunkCtas = 4, kBwdMaskedChunkCtas = 3;
 // fwd_grad_kernel holds the forward's packs through the cluster merge. Unmasked at 4 CTAs (64
 // registers at bf16, no spill) against 3: bf16 8192 x 32000 / 128256 / 256000 369 / 1585 / 3269
 // against 414 / 1673 / 3625 us, float32 unchanged; packs in shared memory by cp.async at 5 or 6
-// CTAs lost (1.03-1.07x at bf16 128256, 1.04x at float32; h100-cross-entropy.md). The masked
+// CTAs lost (1.03-1.04x at bf16 128256, 1.04-1.05x at float32; h100-cross-entropy.md). The masked
 // kernel stays at 3: at 4 its bf16 instance spills 56 bytes.
 constexpr int kFwdGradCtas = 4, kFwdGradMaskedCtas = 3;
 
@@ -356,7 +356,7 @@ __device__ __forceinline__ float held_max(const Pack<T, N> (&raw)[P], int len) {
 }
 
 // The statistics of a thread's held packs (no mask) against their common max: one exp an
-// element and no running max to move, where fold_pack checks and rescales pack by pack: 0.95-0.98x
+// element and no running max to move, where fold_pack checks and rescales pack by pack: 0.96-0.99x
 // the time (bf16 8192 x 128256 1473 -> 1424 us; h100-cross-entropy.md). False, with acc
 // untouched, where that max is not finite (the packs then take fold_pack).
 template <class T, int N, int P, bool kSum>
