@@ -31,17 +31,9 @@ struct CeMerge {
   static constexpr bool kGroupAllReduce = true;
   template <int kWidth>
   __device__ CeStats group(CeStats v) const {
-    float m = v.max;
-#pragma unroll
-    for (int mask = kWidth / 2; mask > 0; mask /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask, kWidth));
-    CeStats r{m, ce_rescale(v.sum, v.max, m), v.xsum, v.n};
-#pragma unroll
-    for (int mask = kWidth / 2; mask > 0; mask /= 2) {
-      r.sum += __shfl_xor_sync(0xffffffffu, r.sum, mask, kWidth);
-      if constexpr (kXsum) r.xsum += __shfl_xor_sync(0xffffffffu, r.xsum, mask, kWidth);
-      if constexpr (kCount) r.n += __shfl_xor_sync(0xffffffffu, r.n, mask, kWidth);
-    }
-    return r;
+    const float m = group_max<kWidth>(v.max);
+    return {m, group_sum<kWidth>(ce_rescale(v.sum, v.max, m)), kXsum ? group_sum<kWidth>(v.xsum) : v.xsum,
+            kCount ? group_sum<kWidth>(v.n) : v.n};
   }
 };
 

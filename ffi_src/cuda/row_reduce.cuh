@@ -36,6 +36,21 @@ struct merge_has_group : std::false_type {};
 template <class M>
 struct merge_has_group<M, std::void_t<decltype(M::kGroupAllReduce)>> : std::bool_constant<M::kGroupAllReduce> {};
 
+// The max (fmaxf: NaN skipped) and the sum over aligned groups of kWidth lanes, by butterflies:
+// the pieces of merges that all-reduce (max, sum) statistics by rescaling each lane's sum once.
+template <int kWidth>
+__device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+  for (int mask = kWidth / 2; mask > 0; mask /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask, kWidth));
+  return v;
+}
+template <int kWidth>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int mask = kWidth / 2; mask > 0; mask /= 2) v += __shfl_xor_sync(0xffffffffu, v, mask, kWidth);
+  return v;
+}
+
 // All-reduce over aligned groups of kWidth lanes (a power of two <= 32): a butterfly of merges.
 template <int kWidth, class S, class Merge>
 __device__ __forceinline__ S group_allreduce(S v, Merge merge) {

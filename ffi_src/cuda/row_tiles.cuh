@@ -38,13 +38,8 @@ struct MaxSumMerge {
   static constexpr bool kGroupAllReduce = true;
   template <int kWidth>
   __device__ MaxSum group(MaxSum v) const {
-    float m = v.max;
-#pragma unroll
-    for (int mask = kWidth / 2; mask > 0; mask /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask, kWidth));
-    float s = maxsum_rescale(v.sum, v.max, m);
-#pragma unroll
-    for (int mask = kWidth / 2; mask > 0; mask /= 2) s += __shfl_xor_sync(0xffffffffu, s, mask, kWidth);
-    return {m, s};
+    const float m = group_max<kWidth>(v.max);
+    return {m, group_sum<kWidth>(maxsum_rescale(v.sum, v.max, m))};
   }
 };
 struct SumMerge {
