@@ -180,7 +180,7 @@ ffi::Error CrossEntropyFwdGradCuda(cudaStream_t stream, ffi::AnyBuffer logits, f
       using ce::Fold;
       const Chunking k = balanced_chunks(s.cols, chunks, V);
       const int cluster = static_cast<int>(k.chunks);
-      auto kernel = op.mask != nullptr    ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
+      auto kernel = op.mask != nullptr ? ce::fwd_grad_kernel<T, V, Fold::kGeneral>
                     : o.smoothing != 0.f ? ce::fwd_grad_kernel<T, V, Fold::kWithSum>
                                          : ce::fwd_grad_kernel<T, V, Fold::kPlain>;
       if (max_active_clusters(kernel, ce::kThreads, cluster) > 0) {
