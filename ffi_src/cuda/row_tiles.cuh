@@ -99,6 +99,13 @@ struct SplitsPacks : std::false_type {};
 template <class Op>
 struct SplitsPacks<Op, std::void_t<decltype(Op::kSplitPacks)>> : std::bool_constant<Op::kSplitPacks> {};
 
+// Whether an op runs the forward's stores through op.specialize(f), which calls f with a copy of
+// the op whose runtime flags are constants where they take their common values (Op::kSpecializes).
+template <class Op, class = void>
+struct Specializes : std::false_type {};
+template <class Op>
+struct Specializes<Op, std::void_t<decltype(Op::kSpecializes)>> : std::bool_constant<Op::kSpecializes> {};
+
 // Whether a tile has split-pack code: tiles of whole warps a row that can hold a row split packs
 // are taken for (kSplitPackCols columns). Narrower tiles compile without it: its branches on
 // `split` cost the small launches (one wave) ~0.5 us (results/h100-rows.md, v16).
@@ -178,9 +185,21 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op
   }
   const unsigned lane = threadIdx.x % 32, first = static_cast<unsigned>(t) * V;
   const unsigned col0 = split ? first - lane * (V / 2) : first;
+  // Wide tiles (rows of 256+ threads) that hold a 16-bit row as loaded take the unsigned first
+  // column too: computed signed (pack_col(p, t)), ptxas formed a 64-bit address a pack (softmax's
+  // 256x8 tiles: ~10 instructions a pack at the loads and again at the stores); and they test a
+  // pack's columns by one 32-bit compare against the columns left from the thread's first. Other
+  // tiles keep the old forms: the new ones made tiles holding floats spill at 64 registers
+  // (residual-add, softmax 512x4) and cost narrow 16-bit norm tiles 7-9 registers.
+  constexpr bool kHeld = holds_raw<Op, kPacks>() && kTPR >= 256;
   const auto col_of = [&](int p) -> int64_t {
-    if constexpr (kSplit) return pack_col<kTPR, kCluster, V>(p, 0) + col0;
+    if constexpr (kSplit || kHeld) return pack_col<kTPR, kCluster, V>(p, 0) + col0;
     else return pack_col<kTPR, kCluster, V>(p, t);
+  };
+  const int left = static_cast<int>(min(max(cols - static_cast<int64_t>(col0), int64_t{0}), int64_t{0x7fffffff}));
+  const auto pack_ok = [&](int p) {
+    if constexpr (kHeld) return p * (kTPR * kCluster * V) < left;
+    else return col_of(p) < cols;
   };
   row_reduce_init<kCluster>(red);
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
@@ -194,7 +213,7 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = col_of(p);
-      ok[p] = row_ok && col < cols;
+      ok[p] = row_ok && pack_ok(p);
       if (ok[p]) {
         raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
         if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
@@ -213,17 +232,21 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op
     }();
     const Stats s = row_allreduce<kTPR, kCluster>(mine, typename Op::Merge{}, red, iter);
     const auto r = op.finalize(s, mine, row, row_ok && t == 0 && slice == 0);
+    const auto store_packs = [&](const Op& o) {
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      if (ok[p] && stores(p)) {
-        const int64_t col = col_of(p);
-        if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
-          unpack_again(raw[p], v[p]);
-          op.from_held(v[p], r);
+      for (int p = 0; p < kPacks; ++p) {
+        if (ok[p] && stores(p)) {
+          const int64_t col = col_of(p);
+          if constexpr (holds_raw<Op, kPacks>()) {  // a held op stores from x as loaded
+            unpack_again(raw[p], v[p]);
+            o.from_held(v[p], r);
+          }
+          o.store(row, col, v[p], r, kEarlyParams ? &prm[p] : nullptr);
         }
-        op.store(row, col, v[p], r, kEarlyParams ? &prm[p] : nullptr);
       }
-    }
+    };
+    if constexpr (Specializes<Op>::value && kHeld) op.specialize(store_packs);  // common flags as constants
+    else store_packs(op);
   }
 }
 

@@ -3,6 +3,8 @@
 // the mask is read again when writing, so masked outputs follow jax.nn exactly.
 #pragma once
 
+#include <type_traits>
+
 #include "common/softmax_math.h"
 #include "common/stats.h"
 #include "cuda/device_types.cuh"
@@ -151,25 +153,62 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
     }
   }
 
-  // The same statistics from a held row, each pack unpacked once for the max and once for the
-  // sum, so no more than a pack of floats is live.
+  // The same statistics from a held row: the max by packed 16-bit maxima before any conversion
+  // (held_max), then each pack unpacked once for the sum, so no more than a pack of floats is
+  // live. The sum takes exp_held(v, m) through its shift (exp_shift): no check of m an element.
   template <int P, int N>
   __device__ Stats thread_stats(const Pack<T, N> (&raw)[P], const bool (&ok)[P]) const {
-    float m = -INFINITY, sum = 0.f;
-    each_held(raw, ok, [&](float v) { m = fmaxf(m, v); });
-    each_held(raw, ok, [&](float v) { sum += exp_held(v, m); });
+    const float m = held_max(raw, ok), shift = exp_shift(m);
+    float sum = 0.f;
+    each_held(raw, ok, [&](float v) { sum += exp_shifted(v - shift); });
     return {m, sum};
   }
 
+  // The largest held element, NaN skipped as fmaxf does (+0 above -0; which zero is the max
+  // changes no output: every use of the max is a difference that an exp or a sum absorbs):
+  // 16-bit pairs by one packed max (HMNMX2), a quarter of converting and comparing each element
+  // (cross_entropy_ops.cuh, held_max).
+  template <int P, int N>
+  __device__ static float held_max(const Pack<T, N> (&raw)[P], const bool (&ok)[P]) {
+    if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+      // On the pairs as 32-bit words: a __nv_bfloat162 accumulator was split into halves and
+      // repacked around each pack's ok check (four moves a pack).
+      constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+      uint32_t m = kBf16 ? 0xff80ff80u : 0xfc00fc00u;  // two -inf
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (ok[p])
+#pragma unroll
+          for (int i = 0; i < N / 2; ++i) {
+            const uint32_t w = reinterpret_cast<const uint32_t*>(&raw[p])[i];
+            if constexpr (kBf16) asm("max.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(w));
+            else asm("max.f16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(w));
+          }
+      Pack<T, 2> pair;
+      *reinterpret_cast<uint32_t*>(&pair) = m;
+      return fmaxf(to_float(pair.v[0]), to_float(pair.v[1]));
+    } else {
+      float m = -INFINITY;
+      each_held(raw, ok, [&](float v) { m = fmaxf(m, v); });
+      return m;
+    }
+  }
+
+  // What exp_held(v, m) subtracts: m, or 0 where m is -inf (a thread of only -inf and NaN, or
+  // none), so that exp_shifted(v - exp_shift(m)) is exp_held(v, m) for every v: 0 for -inf, NaN
+  // for NaN. One select a thread instead of a predicated pair a element.
+  __device__ static float exp_shift(float m) { return m == -INFINITY ? 0.f : m; }
+
+  // Each element of a thread's held packs as a float, by element_again(): one shift or mask a
+  // bfloat16 (unpack()'s cvt took two for an odd element), other instructions than the stores'
+  // unpack_again(), so no float is kept live between the two.
   template <int P, int N, class F>
   __device__ static void each_held(const Pack<T, N> (&raw)[P], const bool (&ok)[P], F f) {
 #pragma unroll
     for (int p = 0; p < P; ++p)
       if (ok[p]) {
-        float v[N];
-        unpack(raw[p], v);
 #pragma unroll
-        for (int i = 0; i < N; ++i) f(v[i]);
+        for (int i = 0; i < N; ++i) f(element_again(raw[p], i));
       }
   }
 
@@ -191,7 +230,7 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   struct Row {
     SoftmaxRow row;
     float scale;  // softmax: exp(thread max - row max) / sum; 16-bit: exp(thread max - row max)
-    float mine;   // the thread's max
+    float mine;   // exp_shift(the thread's max)
   };
 
   // 16-bit rows apply exp(thread max - row max) and 1/sum one after the other (scaled()): the sum
@@ -206,15 +245,35 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // An all -inf row gives exp(-inf - -inf) = NaN, as jax.nn.softmax does.
   __device__ Row finalize(Stats s, Stats mine, int64_t, bool) const {
     const SoftmaxRow r = softmax_row(s.max, s.sum, log);
-    if constexpr (kScaleApart) return {r, log ? 0.f : expf(mine.max - s.max), mine.max};
-    else return {r, log ? 0.f : expf(mine.max - s.max) * r.k, mine.max};
+    if constexpr (kScaleApart) return {r, log ? 0.f : expf(mine.max - s.max), exp_shift(mine.max)};
+    else return {r, log ? 0.f : expf(mine.max - s.max) * r.k, exp_shift(mine.max)};
   }
 
   template <int N>
   __device__ void from_held(float (&v)[N], Row r) const {
     if (!log)
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = exp_held(v[i], r.mine);
+      for (int i = 0; i < N; ++i) v[i] = exp_shifted(v[i] - r.mine);  // exp_held(v[i], thread max)
+  }
+
+  // The row kernel's stores with the common flags as constants (a copy of the op whose fields
+  // the compiler folds): no mask, softmax or log-softmax. No branch on either a pack.
+  static constexpr bool kSpecializes = true;
+  template <class F>
+  __device__ void specialize(F&& f) const {
+    if (mask == nullptr) {
+      SoftmaxFwdOp o = *this;
+      o.mask = nullptr;
+      if (log) {
+        o.log = true;
+        f(o);
+      } else {
+        o.log = false;
+        f(o);
+      }
+    } else {
+      f(*this);
+    }
   }
 
   template <int N>
