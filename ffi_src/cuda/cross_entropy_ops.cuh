@@ -7,8 +7,6 @@
 // chunk of a row on wide rows, so each CTA reads its row's label and statistics once.
 #pragma once
 
-#include <type_traits>
-
 #include "common/cross_entropy_math.h"
 #include "cuda/device_types.cuh"
 #include "cuda/divisor.h"
@@ -317,43 +315,13 @@ __device__ __forceinline__ void fold_pack(const CrossEntropyFwdOp<T>& op, int64_
   acc = ce_merge(acc, op.thread_stats(v, {true}));
 }
 
-// The largest element of the thread's held packs (NaN skipped, as fmaxf does), 16-bit pairs by
-// one packed max (HMNMX2) before any conversion: a quarter of the instructions of converting
-// and comparing each element.
-template <class T, int N, int P>
-__device__ __forceinline__ float held_max(const Pack<T, N> (&raw)[P], int len) {
-  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
-    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    T2 m;
-    if constexpr (std::is_same_v<T, __half>) {
-      m = __float2half2_rn(-INFINITY);
-    } else {
-      m = __float2bfloat162_rn(-INFINITY);
-    }
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (p * kThreads * N < len)
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) m = __hmax2(m, reinterpret_cast<const T2*>(&raw[p])[i]);
-    return fmaxf(to_float(m.x), to_float(m.y));
-  } else {
-    float m = -INFINITY;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (p * kThreads * N < len)
-#pragma unroll
-        for (int i = 0; i < N; ++i) m = fmaxf(m, to_float(raw[p].v[i]));
-    return m;
-  }
-}
-
 // The statistics of a thread's held packs (no mask) against their common max: one exp an
 // element and no running max to move, where fold_pack checks and rescales pack by pack: 0.96-0.99x
 // the time (bf16 8192 x 128256 1473 -> 1424 us; h100-cross-entropy.md). False, with acc
 // untouched, where that max is not finite (the packs then take fold_pack).
 template <class T, int N, int P, bool kSum>
 __device__ __forceinline__ bool fold_held(const Pack<T, N> (&raw)[P], int len, CeStats& acc) {
-  const float m = held_max<T, N, P>(raw, len);
+  const float m = held_max(raw, [&](int p) { return p * kThreads * N < len; });
   if (!(m > -INFINITY && m < INFINITY)) return false;
   float e = 0.f, xs = 0.f;
 #pragma unroll

@@ -84,6 +84,39 @@ __device__ __forceinline__ float element_again(const Pack<T, N>& pk, int i) {
   }
 }
 
+// The largest element of a thread's held packs (those p with in(p)), NaN skipped as fmaxf does
+// (which zero is the max may differ; every use of it is a difference an exp or a sum absorbs):
+// 16-bit pairs by one packed max (HMNMX2) before any conversion, a quarter of converting and
+// comparing each element. On the pairs as 32-bit words: a __nv_bfloat162 accumulator was split
+// into halves and repacked around each pack's check (four moves a pack).
+template <class T, int N, int P, class In>
+__device__ __forceinline__ float held_max(const Pack<T, N> (&raw)[P], In in) {
+  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+    constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+    uint32_t m = kBf16 ? 0xff80ff80u : 0xfc00fc00u;  // two -inf
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (in(p))
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+          const uint32_t w = reinterpret_cast<const uint32_t*>(&raw[p])[i];
+          if constexpr (kBf16) asm("max.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(w));
+          else asm("max.f16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(w));
+        }
+    Pack<T, 2> pair;
+    *reinterpret_cast<uint32_t*>(&pair) = m;
+    return fmaxf(to_float(pair.v[0]), to_float(pair.v[1]));
+  } else {
+    float m = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (in(p))
+#pragma unroll
+        for (int i = 0; i < N; ++i) m = fmaxf(m, element_again(raw[p], i));
+    return m;
+  }
+}
+
 // N consecutive elements starting at p (aligned to N * sizeof(T)), as stored.
 template <class T, int N>
 __device__ __forceinline__ Pack<T, N> load_raw(const T* p) {

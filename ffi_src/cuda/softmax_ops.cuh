@@ -3,8 +3,6 @@
 // the mask is read again when writing, so masked outputs follow jax.nn exactly.
 #pragma once
 
-#include <type_traits>
-
 #include "common/softmax_math.h"
 #include "common/stats.h"
 #include "cuda/device_types.cuh"
@@ -158,40 +156,10 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // live. The sum takes exp_held(v, m) through its shift (exp_shift): no check of m an element.
   template <int P, int N>
   __device__ Stats thread_stats(const Pack<T, N> (&raw)[P], const bool (&ok)[P]) const {
-    const float m = held_max(raw, ok), shift = exp_shift(m);
+    const float m = held_max(raw, [&](int p) { return ok[p]; }), shift = exp_shift(m);
     float sum = 0.f;
     each_held(raw, ok, [&](float v) { sum += exp_shifted(v - shift); });
     return {m, sum};
-  }
-
-  // The largest held element, NaN skipped as fmaxf does (+0 above -0; which zero is the max
-  // changes no output: every use of the max is a difference that an exp or a sum absorbs):
-  // 16-bit pairs by one packed max (HMNMX2), a quarter of converting and comparing each element
-  // (cross_entropy_ops.cuh, held_max).
-  template <int P, int N>
-  __device__ static float held_max(const Pack<T, N> (&raw)[P], const bool (&ok)[P]) {
-    if constexpr (sizeof(T) == 2 && N % 2 == 0) {
-      // On the pairs as 32-bit words: a __nv_bfloat162 accumulator was split into halves and
-      // repacked around each pack's ok check (four moves a pack).
-      constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-      uint32_t m = kBf16 ? 0xff80ff80u : 0xfc00fc00u;  // two -inf
-#pragma unroll
-      for (int p = 0; p < P; ++p)
-        if (ok[p])
-#pragma unroll
-          for (int i = 0; i < N / 2; ++i) {
-            const uint32_t w = reinterpret_cast<const uint32_t*>(&raw[p])[i];
-            if constexpr (kBf16) asm("max.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(w));
-            else asm("max.f16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(w));
-          }
-      Pack<T, 2> pair;
-      *reinterpret_cast<uint32_t*>(&pair) = m;
-      return fmaxf(to_float(pair.v[0]), to_float(pair.v[1]));
-    } else {
-      float m = -INFINITY;
-      each_held(raw, ok, [&](float v) { m = fmaxf(m, v); });
-      return m;
-    }
   }
 
   // What exp_held(v, m) subtracts: m, or 0 where m is -inf (a thread of only -inf and NaN, or
