@@ -18,8 +18,14 @@ JN_HD uint32_t key_bits(uint32_t key) { return (key & 0x80000000u) ? (key & 0x7f
 
 // The value sampling ranks: NaN never drawn (as -inf), -0 as +0 (one key for one value). In a row
 // whose maximum is +inf the +inf tokens share the whole mass: 0 for them, -inf for the rest.
+// On the GPU NaN -> -inf by one FMNMX (fmaxf returns the other operand of a NaN): the same value
+// as the select, one instruction less a token in every pass.
 JN_HD float sampling_value(float x, bool inf_row) {
+#ifdef __CUDA_ARCH__
+  const float v = fmaxf(x, -INFINITY) + 0.0f;
+#else
   const float v = x != x ? -INFINITY : x + 0.0f;
+#endif
   return inf_row ? (v == INFINITY ? 0.0f : -INFINITY) : v;
 }
 

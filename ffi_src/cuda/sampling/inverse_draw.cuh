@@ -263,8 +263,12 @@ __device__ bool draw_top_p(const cg::cluster_group& cl, SelectShared<kThreads>& 
     const int at = sh.pick_rank;
     if (r < above && last) arrive_early(&sh.arrived);
     if (rank == at) {
+      // r < above matches the whole bin: key > 0 holds for every token (sampling_value is never
+      // NaN, and only a NaN's key is 0), so one compare serves both cases (ptxas re-tested the
+      // 64-bit r < above at every token).
+      const uint32_t floor_key = r < above ? 0u : pivot;
       const int i = locate_token(sh, n, sh.pick_pos, [&](int g, unsigned long long(&w)[4]) {
-        group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return b == bin && (r < above || key > pivot); }, w);
+        group_masses(g, n, token4, [&](uint32_t b, uint32_t key) { return b == bin && key > floor_key; }, w);
       });
       if (r < above && threadIdx.x == 0) *out = static_cast<int32_t>(c0 + i);
       if (r >= above && threadIdx.x == 0) {

@@ -142,7 +142,10 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
       if constexpr (kMode == kTopK) {
         kmax = max(kmax, order_key(__float_as_uint(x)));
       } else {
-        lmax = fmaxf(lmax, sampling_value(x, false));
+        // fmaxf skips NaN as sampling_value's -inf would; a -0 may now make a zero maximum -0,
+        // which changes no s = (v - max) / T (v is never -0) and no token: one FMNMX a token,
+        // where sampling_value took three more.
+        lmax = fmaxf(lmax, x);
       }
     };
     // The row's read: into the shared-memory copy, or (nothing held: the one-read kernel's rows
@@ -299,7 +302,9 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
           float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           if (add_bias) load_pack<float, 4>(gbias + 4 * g, b);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) x[j] = to_float(pk.v[j]) + b[j];
+          // Without a bias nothing is added: x + 0.0f only turned -0 into +0 (an FADD a token),
+          // which every consumer's sampling_value does anyway, as for logit()'s scalar loads.
+          for (int j = 0; j < 4; ++j) x[j] = add_bias ? to_float(pk.v[j]) + b[j] : to_float(pk.v[j]);
         } else {
 #pragma unroll
           for (int j = 0; j < 4; ++j) x[j] = 4 * g + j < n ? logit(4 * g + j) : -INFINITY;

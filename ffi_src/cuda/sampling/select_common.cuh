@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/sampling_math.h"
 #include "cuda/device_facts.h"
@@ -252,33 +253,49 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
   // over all 32 banks, where interleaved halves put every low half on the 16 even banks.
   const bool split = n / kWarps + 128 < (1 << 13);
   unsigned* const lo_half = reinterpret_cast<unsigned*>(&sh.warp_mass[warp][0]);
-  auto add = [&](uint32_t d, unsigned long long q) {
-    if (kCounts) atomicAdd(&sh.cnt[b][d], 1u);
-    if (kMass && q) {  // tail tokens weigh 0
-      if (split) {
-        atomicAdd(lo_half + d, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
-        atomicAdd(lo_half + kBins + d, static_cast<unsigned>(q >> kMassSplit));
-      } else {
-        atomicAdd(&sh.warp_mass[warp][d], q);
+  // The token loop, split a constant in it (kHoist 1: true, 2: false) or tested at each token
+  // (0). Weighed groups (top-p's histogram) take the constant: tested inside, ptxas re-tested the
+  // uniform flag at every token (3 instructions of ~36). The radix passes keep the test: two copies
+  // of their loops pushed the 80-register samplers into more spills.
+  auto pass = [&](auto hoist_c) {
+    constexpr int kHoist = decltype(hoist_c)::value;
+    auto add = [&](uint32_t d, unsigned long long q) {
+      if (kCounts) atomicAdd(&sh.cnt[b][d], 1u);
+      if (kMass && q) {  // tail tokens weigh 0
+        if (kHoist == 1 || (kHoist == 0 && split)) {
+          atomicAdd(lo_half + d, static_cast<unsigned>(q & ((1u << kMassSplit) - 1)));
+          atomicAdd(lo_half + kBins + d, static_cast<unsigned>(q >> kMassSplit));
+        } else {
+          atomicAdd(&sh.warp_mass[warp][d], q);
+        }
+      }
+    };
+    if constexpr (kGroups) {
+      for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
+        uint32_t d[4];
+        unsigned long long q[4];
+        visit(g, d, q);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (4 * g + j < n) add(d[j], q[j]);
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < n; i += kThreads) {
+        uint32_t d;
+        unsigned long long q = 0;
+        if (visit(i, d, q)) add(d, q);
       }
     }
   };
-  if constexpr (kGroups) {
-    for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
-      uint32_t d[4];
-      unsigned long long q[4];
-      visit(g, d, q);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (4 * g + j < n) add(d[j], q[j]);
-      }
+  if constexpr (kMass && kGroups) {
+    if (split) {
+      pass(std::integral_constant<int, 1>{});
+    } else {
+      pass(std::integral_constant<int, 2>{});
     }
   } else {
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      uint32_t d;
-      unsigned long long q = 0;
-      if (visit(i, d, q)) add(d, q);
-    }
+    pass(std::integral_constant<int, 0>{});
   }
   if (kMass) {
     __syncthreads();
@@ -381,8 +398,28 @@ struct Threshold {
 
 // A token's mass exp(s) in fixed point and its Gumbel-max score: one definition for every path,
 // so the gather and the radix passes weigh and draw the same token bit for bit.
+//
+// __expf(s) is ex2.approx.f32(s * log2(e)); without -ftz ptxas wraps that MUFU.EX2 in a subnormal
+// fixup (a compare, a scale before and a square after: 3 of the weighed histogram's ~36
+// instructions a token). The .ftz form is the same MUFU.EX2 on every argument >= -126, and below
+// it both results times 2^38 are under 2^-88, which round to the same 0: the same masses bit for bit.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// lg2.approx.f32 likewise, for __logf's arguments here, which are normal floats (uniforms in
+// [2^-24, 1 - 2^-24] and their -ln, >= 5.9e-8): the fixup never fires, so the .ftz form is exact.
+__device__ __forceinline__ float lg2_ftz(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2E = 0x1.715476p+0f;  // float(log2 e), __expf's factor (0x3fb8aa3b)
+constexpr float kLn2 = 0x1.62e430p-1f;    // float(ln 2), __logf's factor (0x3f317218)
+
 __device__ __forceinline__ unsigned long long mass_of(float s) {
-  return __float2ull_rn(__expf(s) * static_cast<float>(kMassScale));
+  return __float2ull_rn(ex2_ftz(s * kLog2E) * static_cast<float>(kMassScale));
 }
 
 // The inverse-transform draw of rows without top-k or top-p weighs a token by these alone, in both
@@ -407,11 +444,12 @@ __device__ __forceinline__ float neg_log_uniform(float u) {
   const float v = 1.0f - u;
   const float series =
       v * fmaf(v, fmaf(v, fmaf(v, fmaf(v, fmaf(v, 1.0f / 6.0f, 0.2f), 0.25f), 1.0f / 3.0f), 0.5f), 1.0f);
-  return v <= 0.0625f ? series : -__logf(u);
+  return v <= 0.0625f ? series : lg2_ftz(u) * -kLn2;  // -__logf(u)
 }
 
+// s - __logf(y) as nvcc emits it (one fma.rn of lg2(y) by -ln 2), with the .ftz lg2.
 __device__ __forceinline__ float gumbel_score(float s, uint32_t word) {
-  return s - __logf(neg_log_uniform(open_uniform(word)));
+  return fmaf(lg2_ftz(neg_log_uniform(open_uniform(word))), -kLn2, s);
 }
 
 // Token idx's own random word (its group's Philox call picks one of four; selects, not an
