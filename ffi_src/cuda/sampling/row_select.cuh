@@ -141,6 +141,11 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
     auto note = [&](float x) {
       if constexpr (kMode == kTopK) {
         kmax = max(kmax, order_key(__float_as_uint(x)));
+      } else if constexpr (kStream) {
+        // The one-read kernel's rows come here only when handed back. The plain fmaxf below made
+        // ptxas spill the one-read loop's bf16 packs (51 local loads and stores an iteration
+        // against 1; bf16 top-k 50 at 64 x 128256 1.05x the time).
+        lmax = fmaxf(lmax, sampling_value(x, false));
       } else {
         // fmaxf skips NaN as sampling_value's -inf would; a -0 may now make a zero maximum -0,
         // which changes no s = (v - max) / T (v is never -0) and no token: one FMNMX a token,
