@@ -130,11 +130,17 @@ constexpr bool holds_raw() {
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
 // the other's reduction. (Holding the next row's packs in registers instead, one CTA per SM,
 // measured slower: 1dc6ced in results/NOTES.md.) 256-thread CTAs holding 32 registers of row
-// (kHeldRowForwardBudget's cluster tiles) fit three times, QuACK's occupancy. The widest tiles need
-// 128 registers.
+// (kHeldRowForwardBudget's cluster tiles) fit three times, QuACK's occupancy, or four (below). The
+// widest tiles need 128 registers.
+//
+// 256-thread tiles of 8 packs holding a 16-bit row as loaded fit four times at 64 registers, as
+// softmax's do; the norms took 76 at a bound of three, and at 32768-131072 columns their
+// parameter loads waited with 32% of the warps resident against softmax's 47% (Nsight Compute,
+// h100-insn-1e5d404). Float32 8-pack norm tiles spill at 64, so they keep three.
 template <class Op, int kBlock, int kPacks>
 constexpr int min_ctas_per_sm() {
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
+  if constexpr (kBlock == 256 && kPacks >= 8 && holds_raw<Op, kPacks>()) return 4;
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
