@@ -135,12 +135,16 @@ constexpr bool holds_raw() {
 //
 // 256-thread tiles of 8 packs holding a 16-bit row as loaded fit four times at 64 registers, as
 // softmax's do; the norms took 76 at a bound of three, and at 32768-131072 columns their
-// parameter loads waited with 32% of the warps resident against softmax's 47% (Nsight Compute,
-// h100-insn-1e5d404). Float32 8-pack norm tiles spill at 64, so they keep three.
-template <class Op, int kBlock, int kPacks>
+// parameter loads waited with 32% of the warps resident against softmax's 47% (Nsight Compute).
+// Same-call A/B at four (h100-insn-1e5d404, call 7, bf16 and fp16 forwards): RMSNorm +2-4% at
+// 32768-131072, LayerNorm +6-12% at 65536-262144 but -5% (bf16) and -11% (fp16) at 32768, the
+// clusters of 2, which keep three. Float32 8-pack norm tiles spill at 64, so they keep three.
+template <class Op, int kBlock, int kPacks, int kCluster = 1>
 constexpr int min_ctas_per_sm() {
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
-  if constexpr (kBlock == 256 && kPacks >= 8 && holds_raw<Op, kPacks>()) return 4;
+  if constexpr (kBlock == 256 && kPacks >= 8 && holds_raw<Op, kPacks>() && (Op::kParamFloats < 2 || kCluster >= 4)) {
+    return 4;
+  }
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
@@ -166,7 +170,7 @@ constexpr bool early_params() {
 // reducing the whole row and storing (and loading the parameters of) packs p % kReplicas == its
 // slice.
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kEarlyParams = false, int kReplicas = 1>
-__global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op, kBlock, kPacks>())
+__global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op, kBlock, kPacks, kCluster>())
     tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   static_assert(kReplicas == 1 || (kCluster == 1 && kBlock == kTPR && kPacks % kReplicas == 0), "a replica is a CTA a row");
   const int slice = kReplicas > 1 ? static_cast<int>(blockIdx.x % kReplicas) : 0;
