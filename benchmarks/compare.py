@@ -15,13 +15,15 @@ def load(path, dtype):
     for r in json.load(open(path))["results"]:
         if r["dtype"] == dtype and r["group"] == "sweep":
             key = (r["cols"], r["op"], r["direction"])
-            out[key] = (r["impls"]["jaxnorm"]["bw_Bps"] / 1e12, r["impls"]["xla"]["bw_Bps"] / 1e12, r["copy_bw_Bps"] / 1e12)
+            xla = r["impls"].get("xla")  # absent from a run of --impls jaxnorm
+            out[key] = (r["impls"]["jaxnorm"]["bw_Bps"] / 1e12, xla["bw_Bps"] / 1e12 if xla else float("nan"),
+                        r["copy_bw_Bps"] / 1e12)
     return out
 
 
 def main(old_path, new_path, dtype="bfloat16"):
     old, new = load(old_path, dtype), load(new_path, dtype)
-    print(f"{dtype}, TB/s: jaxnorm old -> new (change) | XLA old -> new | copy old -> new")
+    print(f"{dtype}, TB/s: jaxnorm old -> new (change) | XLA old -> new (nan: not run) | copy old -> new")
     print("| width | op | jaxnorm old | jaxnorm new | change | XLA old | XLA new | copy old | copy new |")
     print("|---|---|---|---|---|---|---|---|---|")
     for key in sorted(set(old) & set(new)):
