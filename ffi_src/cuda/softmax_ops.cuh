@@ -55,7 +55,7 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   using Stats = MaxSum;
   using Merge = MaxSumMerge;
   // 16-bit rows in 8-pack tiles are held as loaded, each exp taken twice (thread_stats(), then
-  // from_held()): 256-thread cluster tiles, three a SM, 2-6% faster than keeping the exps as
+  // from_held()): 256-thread cluster tiles, four a SM (64 registers), 2-6% faster than keeping the exps as
   // floats in 512-thread tiles of 4 packs (results/h100-rows.md, v11). Launches of few rows are
   // spread as the norms' are (spread_small_launch): same-call A/B at c36394d, 0.52-1.00x the time
   // at 1-64 rows x 2048-32768 (1-8 rows x 32768 bf16 0.52-0.60x; results/h100-rows.md, v22).
