@@ -43,12 +43,12 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
 // The norm and softmax forwards hold 32 registers of row a thread in 8-pack tiles (16-bit rows as
 // loaded, softmax taking each exp twice; or 8 packs of float32 as floats), so their one-shot
 // cluster tiles take QuACK's shape: 256-thread CTAs of 8 packs, three or four a SM (row_tiles.cuh,
-// min_ctas_per_sm), up to clusters of 8. Against 512-thread CTAs of 4 packs: bf16 RMSNorm
-// forward 32768-131072 2-12% and LayerNorm 4-7% faster; softmax and log-softmax 2-6%, float32
-// softmax 3-6%; persistent, the same tile lost 9-30% at 131072-262144 (results/h100-rows.md, v11). Clusters of 16 take it
-// one-shot too (262144 bf16 columns, 131072 float32): bf16 softmax, log-softmax and LayerNorm
-// forwards 0.97-0.98, 0.94-0.95 and 0.93-0.96x the time of persistent 512-thread CTAs of 4
-// packs (two calls), float32 softmax 0.90x; but RMSNorm 1.04x and float32 LayerNorm 1.03x, so
+// min_ctas_per_sm), up to clusters of 8. Against 512-thread CTAs of 4 packs: bf16 RMSNorm forward
+// 32768-131072 2-12% and LayerNorm 4-7% faster; softmax and log-softmax 2-6%, float32 softmax 3-6%;
+// persistent, the same tile lost 9-30% at 131072-262144 (results/h100-rows.md, v11). Clusters of 16
+// take it one-shot too (262144 bf16 columns, 131072 float32): bf16 softmax, log-softmax and
+// LayerNorm forwards 0.97-0.98, 0.94-0.95 and 0.93-0.96x the time of persistent 512-thread CTAs of
+// 4 packs (two calls), float32 softmax 0.90x; but RMSNorm 1.04x and float32 LayerNorm 1.03x, so
 // those keep clusters of 16 persistent (kHeldRowPersistent16Budget; results/h100-rows.md, v14).
 constexpr TileBudget kHeldRowForwardBudget{4, 512, 8, 64, 512, false, 16, 256, 8};
 constexpr TileBudget kHeldRowPersistent16Budget{4, 512, 8, 64, 512, false, 8, 256, 8};
