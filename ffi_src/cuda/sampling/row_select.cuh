@@ -306,9 +306,9 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
           const Pack<S, 4> pk = *reinterpret_cast<const Pack<S, 4>*>(src + 4 * g);
           float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           if (add_bias) load_pack<float, 4>(gbias + 4 * g, b);
-#pragma unroll
           // Without a bias nothing is added: x + 0.0f only turned -0 into +0 (an FADD a token),
           // which every consumer's sampling_value does anyway, as for logit()'s scalar loads.
+#pragma unroll
           for (int j = 0; j < 4; ++j) x[j] = add_bias ? to_float(pk.v[j]) + b[j] : to_float(pk.v[j]);
         } else {
 #pragma unroll
