@@ -39,6 +39,14 @@ __device__ __forceinline__ float ex2_approx(float a) {
   return e;
 }
 
+// log2(a) likewise (lg2.approx.ftz): for normal arguments the same result as __logf's lg2 without
+// its subnormal fixup.
+__device__ __forceinline__ float lg2_approx(float a) {
+  float l;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(a));
+  return l;
+}
+
 // Elements of T per 16-byte access: the widest load a thread can issue.
 template <class T>
 constexpr int kVecOf = 16 / sizeof(T);

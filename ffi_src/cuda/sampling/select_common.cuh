@@ -401,25 +401,14 @@ struct Threshold {
 //
 // __expf(s) is ex2.approx.f32(s * log2(e)); without -ftz ptxas wraps that MUFU.EX2 in a subnormal
 // fixup (a compare, a scale before and a square after: 3 of the weighed histogram's ~36
-// instructions a token). The .ftz form is the same MUFU.EX2 on every argument >= -126, and below
-// it both results times 2^38 are under 2^-88, which round to the same 0: the same masses bit for bit.
-__device__ __forceinline__ float ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// lg2.approx.f32 likewise, for __logf's arguments here, which are normal floats (uniforms in
-// [2^-24, 1 - 2^-24] and their -ln, >= 5.9e-8): the fixup never fires, so the .ftz form is exact.
-__device__ __forceinline__ float lg2_ftz(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-constexpr float kLog2E = 0x1.715476p+0f;  // float(log2 e), __expf's factor (0x3fb8aa3b)
-constexpr float kLn2 = 0x1.62e430p-1f;    // float(ln 2), __logf's factor (0x3f317218)
+// instructions a token). ex2_approx, the .ftz form, is the same MUFU.EX2 on every argument >= -126,
+// and below it both results times 2^38 are under 2^-88, which round to the same 0: the same masses
+// bit for bit. Likewise lg2_approx for __logf's arguments here, which are normal floats (uniforms
+// in [2^-24, 1 - 2^-24] and their -ln, >= 5.9e-8), so the fixup never fires.
+constexpr float kLn2 = 0x1.62e430p-1f;  // float(ln 2), __logf's factor (0x3f317218)
 
 __device__ __forceinline__ unsigned long long mass_of(float s) {
-  return __float2ull_rn(ex2_ftz(s * kLog2E) * static_cast<float>(kMassScale));
+  return __float2ull_rn(ex2_approx(s * kLog2e) * static_cast<float>(kMassScale));
 }
 
 // The inverse-transform draw of rows without top-k or top-p weighs a token by these alone, in both
@@ -444,12 +433,12 @@ __device__ __forceinline__ float neg_log_uniform(float u) {
   const float v = 1.0f - u;
   const float series =
       v * fmaf(v, fmaf(v, fmaf(v, fmaf(v, fmaf(v, 1.0f / 6.0f, 0.2f), 0.25f), 1.0f / 3.0f), 0.5f), 1.0f);
-  return v <= 0.0625f ? series : lg2_ftz(u) * -kLn2;  // -__logf(u)
+  return v <= 0.0625f ? series : lg2_approx(u) * -kLn2;  // -__logf(u)
 }
 
 // s - __logf(y) as nvcc emits it (one fma.rn of lg2(y) by -ln 2), with the .ftz lg2.
 __device__ __forceinline__ float gumbel_score(float s, uint32_t word) {
-  return fmaf(lg2_ftz(neg_log_uniform(open_uniform(word))), -kLn2, s);
+  return fmaf(lg2_approx(neg_log_uniform(open_uniform(word))), -kLn2, s);
 }
 
 // Token idx's own random word (its group's Philox call picks one of four; selects, not an
