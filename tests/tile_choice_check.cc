@@ -35,8 +35,7 @@ int main() {
              {"norm backward 16-bit", norm_backward_budget(2), 2},
              {"softmax backward f32", kSoftmaxBackwardBudget, 4},
              {"softmax backward 16-bit", kSoftmaxBackwardBudget, 2},
-             {"norm forward 16-bit LayerNorm", with_small_spread(kHeldRowForwardBudget), 2},
-             {"norm forward 16-bit RMSNorm", with_small_spread(kHeldRowPersistent16Budget), 2},
+             {"norm forward 16-bit", with_small_spread(kHeldRowForwardBudget), 2},
              {"norm forward f32", with_small_spread(kHeldRowPersistent16Budget), 4}};
   long passed = 0, failed = 0;
   for (const auto& op : ops) {

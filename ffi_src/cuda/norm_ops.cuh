@@ -40,7 +40,7 @@ struct NormFwdOp {
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
   // Clusters of 16 one-shot only where that measured faster (tile_choice.h).
   static constexpr TileBudget kBudget = with_small_spread(
-      kCentered && sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget);
+      sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget);
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.

@@ -142,7 +142,7 @@ constexpr bool holds_raw() {
 template <class Op, int kBlock, int kPacks, int kCluster = 1>
 constexpr int min_ctas_per_sm() {
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
-  if constexpr (kBlock == 256 && kPacks >= 8 && holds_raw<Op, kPacks>() &&
+  if constexpr (kBlock == 256 && kPacks >= 8 && (holds_raw<Op, kPacks>() || Op::kParamFloats > 0) &&
                 (Op::kParamFloats < 2 || kCluster >= 4)) {
     return 4;
   }
