@@ -138,7 +138,8 @@ constexpr bool holds_raw() {
 // parameter loads waited with 32% of the warps resident against softmax's 47% (Nsight Compute).
 // Same-call A/B at four (h100-insn-1e5d404, call 7, bf16 and fp16 forwards): RMSNorm +2-4% at
 // 32768-131072, LayerNorm +6-12% at 65536-262144 but -5% (bf16) and -11% (fp16) at 32768, the
-// clusters of 2, which keep three. Float32 8-pack norm tiles spill at 64, so they keep three.
+// clusters of 2, which keep three. Float32 8-pack norm tiles at four too (RMSNorm's spill 8
+// bytes): LayerNorm +3.4-5.8%, RMSNorm +1.3-3.5% at 32768-65536 columns, 131072 +-0.6% (v25).
 template <class Op, int kBlock, int kPacks, int kCluster = 1>
 constexpr int min_ctas_per_sm() {
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
