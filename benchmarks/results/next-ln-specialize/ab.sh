@@ -12,7 +12,6 @@ source benchmarks/gpu_setup.sh
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 100 python3 -m pytest -q -n 16 -p no:benchmark tests/test_norm.py tests/test_add_norm.py > $OUT/pytest.log 2>&1
 tail -n 1 $OUT/pytest.log; grep -E "^(FAILED|ERROR)" $OUT/pytest.log | head -10
-BASE=.scratch/base LIMIT=420 bash benchmarks/ab_base.sh 'XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 python3 \
-  benchmarks/results/h100-norm-rows-269b89a/rows_dt.py $LABEL 4096,16384,32768,65536,131072,262144,16x32768,64x65536 \
-  bfloat16,float16 layer_norm,rms_norm'
-grep "^\[" $OUT/ab.log > $OUT/ab-rows.txt
+BASE=.scratch/base LIMIT=420 bash benchmarks/ab_base.sh 'XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 python3 benchmarks/ab_rows.py \
+  $LABEL 4096,16384,32768,65536,131072,262144,16x32768,64x65536 bfloat16,float16 layer_norm,rms_norm'
+python3 benchmarks/ab_rows.py --compare $OUT/ab.log base new | tee $OUT/ab-rows.txt
