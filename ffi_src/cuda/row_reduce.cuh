@@ -65,15 +65,26 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
 
 // A cluster's CTAs exchange each row's statistics by pushing them into every peer's shared
 // memory and arriving on the peer's mbarrier, so a CTA waits only until every peer's value has
-// landed, not for every thread of the cluster at a barrier.
+// landed, not for every thread of the cluster at a barrier. Two ways to push (kAsyncPush):
+// - fenced: a store, then an arrive with release at cluster scope, waited on with acquire at
+//   cluster scope. These compile to a MEMBAR.ALL.GPU before every row's push and a CCTL.IVALL (the
+//   SM's L1 emptied) after every wait.
+// - st.async: the value's bytes are counted on the peer's mbarrier as they land (QuACK's way),
+//   waited on at CTA scope: neither fence. 16-bit LayerNorm and softmax forwards take it (their
+//   budgets' async_exchange): LayerNorm +2-6% at 32768-262144 bf16 columns, softmax +0-2%, few
+//   rows +4-9%, in four calls. RMSNorm's forward lost 4% with it at 32768 in every call, and the
+//   float32 LayerNorm's 4% at 131072, with the same instructions and DRAM bytes (Nsight Compute:
+//   lower DRAM throughput and occupancy, not explained), so they and the kernels not measured
+//   with it keep the fenced push (results/h100-rows.md, v27).
 
 // Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel. Two
 // copies, used by alternate rows, so one barrier per row suffices: a copy is rewritten (by a
 // thread of this CTA, or by a cluster peer's push) only two rows later. Every thread of the CTA
 // reads a copy before it reaches the next row's CTA barrier, which comes before this CTA's push
 // of the next row, and a peer reaches the row after that only once it has received that push.
-template <class S, int kWarps>
+template <class S, int kWarps, bool kAsyncPush = false>
 struct RowReduceSmem {
+  static constexpr bool kAsync = kAsyncPush;
   unsigned long long arrived[2];  // mbarriers: the cluster's pushes of the row with that parity
   S warp[2][kWarps > 0 ? kWarps : 1];
   S cta[2][kMaxCluster];  // cta[parity][r]: the value of cluster CTA r
@@ -84,7 +95,8 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // Before the first row_allreduce of a cluster kernel: the mbarriers expect one arrival from each
-// CTA of the cluster and must be initialized before any peer arrives on them. The cluster barrier
+// CTA of the cluster (st.async: this CTA's expect_tx alone) and must be initialized before any
+// peer arrives on them. The cluster barrier
 // that orders the two is split: every thread arrives here and waits at its first row's exchange
 // (row_allreduce), so the first row's loads are in flight meanwhile instead of behind a barrier.
 // `ctas`: the cluster's size when the kernel learns it at run time (cluster_allreduce).
@@ -93,7 +105,8 @@ __device__ __forceinline__ void cluster_reduce_init(Smem& smem, unsigned ctas) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int b = 0; b < 2; ++b)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])), "r"(ctas));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&smem.arrived[b])),
+                   "r"(Smem::kAsync ? 1u : ctas));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -112,17 +125,47 @@ __device__ __forceinline__ void arrive_remote(unsigned long long* local, unsigne
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
-// Wait, with acquire at cluster scope, for the phase with this parity of a local mbarrier.
+// Wait for the phase with this parity of a local mbarrier: with acquire at cluster scope after
+// fenced pushes; at CTA scope after st.async ones, whose bytes are visible once the phase completes.
+template <bool kAsync>
 __device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned phase) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(phase)
-      : "memory");
+  if constexpr (kAsync) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_addr(bar)),
+        "r"(phase)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_addr(bar)),
+        "r"(phase)
+        : "memory");
+  }
+}
+
+// Push v into slot `slot` of CTA `rank`'s shared memory by st.async, its bytes counted on that
+// CTA's mbarrier `bar` (both local addresses).
+template <class S>
+__device__ __forceinline__ void push_async(const S& v, const S* slot, unsigned long long* bar, unsigned rank) {
+  static_assert(sizeof(S) % 4 == 0, "statistics of 32-bit words");
+  unsigned remote_slot, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(smem_addr(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(smem_addr(bar)), "r"(rank));
+  const unsigned* w = reinterpret_cast<const unsigned*>(&v);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i)
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote_slot + 4 * i),
+                 "r"(w[i]), "r"(remote_bar)
+                 : "memory");
 }
 
 // The cluster step of row_allreduce: the same across the cluster's `ctas` CTAs, through
@@ -131,17 +174,26 @@ __device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned pha
 // (bf16 forward at 262144 columns: 0.90 -> 1.25x XLA, results/NOTES.md v6). Waiting on the
 // mbarrier for the peers' values instead of a cluster barrier: forward+backward +1-7% at
 // 32K-131K (v8). Every thread of the CTA calls it after the CTA barrier of its row's reduction.
-template <class S, int kWarps>
-__device__ __forceinline__ void push_and_wait(const S& v, RowReduceSmem<S, kWarps>& smem, int iter, unsigned ctas) {
+// st.async needs a launch with clusters: launch_with_smem launches a cluster of one CTA without
+// them, so kernels that may be launched so (cluster_allreduce's) keep the fenced push.
+template <class S, int kWarps, bool kAsync>
+__device__ __forceinline__ void push_and_wait(const S& v, RowReduceSmem<S, kWarps, kAsync>& smem, int iter,
+                                              unsigned ctas) {
   const int parity = iter & 1;
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank();
   if (iter == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the init's arrive
-  if (threadIdx.x < ctas) {
+  if constexpr (kAsync) {
+    if (threadIdx.x == 0)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(&smem.arrived[parity])),
+                   "r"(static_cast<unsigned>(ctas * sizeof(S)))
+                   : "memory");
+    if (threadIdx.x < ctas) push_async(v, &smem.cta[parity][rank], &smem.arrived[parity], threadIdx.x);
+  } else if (threadIdx.x < ctas) {
     *cluster.map_shared_rank(&smem.cta[parity][rank], threadIdx.x) = v;
     arrive_remote(&smem.arrived[parity], threadIdx.x);
   }
-  wait_phase(&smem.arrived[parity], (iter >> 1) & 1);
+  wait_phase<kAsync>(&smem.arrived[parity], (iter >> 1) & 1);
 }
 
 // The cluster step for a cluster whose size `ctas` (<= kMaxCluster) the kernel learns at run time:
@@ -149,7 +201,7 @@ __device__ __forceinline__ void push_and_wait(const S& v, RowReduceSmem<S, kWarp
 // past the cluster). cluster_reduce_init() first; the CTA's own all-reduce (row_allreduce with
 // kCluster 1) before each call, for the CTA barrier the reuse of the two copies relies on.
 template <class S, class Merge, int kWarps>
-__device__ __forceinline__ S cluster_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int iter,
+__device__ __forceinline__ S cluster_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps, false>& smem, int iter,
                                                unsigned ctas, S identity) {
   push_and_wait(v, smem, iter, ctas);
   const unsigned r = threadIdx.x % kMaxCluster;
@@ -162,8 +214,8 @@ __device__ __forceinline__ S cluster_allreduce(S v, Merge merge, RowReduceSmem<S
 // using clusters must call row_reduce_init() first. It needs no cluster barrier before exiting:
 // peers write a CTA's shared memory only before they arrive on its mbarrier (or the row's cluster
 // barrier), which the CTA waits for, so no access to it is left once its last row is reduced.
-template <int kThreads, int kCluster, class S, class Merge, int kWarps>
-__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps>& smem, int iter) {
+template <int kThreads, int kCluster, class S, class Merge, int kWarps, bool kAsync>
+__device__ __forceinline__ S row_allreduce(S v, Merge merge, RowReduceSmem<S, kWarps, kAsync>& smem, int iter) {
   const int parity = iter & 1;
   if constexpr (kThreads <= 32) {
     v = group_allreduce<kThreads>(v, merge);

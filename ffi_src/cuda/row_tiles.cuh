@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>;
   constexpr int kRowsPerCta = kBlock / kTPR;
-  __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>()> red;
+  __shared__ RowReduceSmem<Stats, warps_for_reduce<kTPR, kBlock>(), Op::kBudget.async_exchange && (kCluster > 1)> red;
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t stride = (gridDim.x / (kCluster * kReplicas)) * kRowsPerCta;

@@ -28,6 +28,7 @@ struct TileBudget {
   int cluster_block = 0;
   int cluster_packs = 0;
   bool spread_small = false;  // spread_small_launch may give a launch of few rows one pack a thread
+  bool async_exchange = false;  // cluster tiles exchange by st.async (row_reduce.cuh)
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -87,6 +88,11 @@ struct TileChoice {
 // A budget whose launches of few rows may be spread (spread_small_launch).
 constexpr TileBudget with_small_spread(TileBudget budget) {
   budget.spread_small = true;
+  return budget;
+}
+// A budget whose cluster tiles exchange a row's statistics by st.async (row_reduce.cuh says where).
+constexpr TileBudget with_async_exchange(TileBudget budget, bool on = true) {
+  budget.async_exchange = on;
   return budget;
 }
 // Few rows (at most 128 threads a row and one 128-thread CTA of them an SM, `sms` the device's)
