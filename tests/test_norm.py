@@ -53,6 +53,16 @@ def test_memory_efficient_wide_rows(op, shape, rng):
     check_op(op, rng, shape, BF16, bounded_scale=True, memory_efficient=True)
 
 
+# 16-bit RMSNorm's clusters of 16 run staged (staged_fwd.cuh): a persistent grid whose workers
+# take several rows each, so its two row buffers and their mbarrier phases turn over; a partial
+# last segment (200000 columns); with and without the scale (LayerNorm's one-shot tiles alike).
+@op_and_param_subsets()
+@pytest.mark.parametrize("shape,dtype", [((40, 262144), "bfloat16"), ((24, 200000), "float16")], ids=str)
+@pytest.mark.wide
+def test_many_wide_rows(op, names, shape, dtype, rng):
+    check_op(op, rng, shape, DTYPES[dtype], names=names)
+
+
 # Rows whose last warp of packs ends past the row (width not a multiple of 256 columns), in the
 # CTA-a-row backward tiles, which store each thread's scale/bias gradient partials a pack at a time
 # (row_tiles.cuh): the lanes past the row must store nothing. 4000 bf16 columns: a 256-thread

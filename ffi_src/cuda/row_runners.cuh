@@ -6,6 +6,7 @@
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
+#include "cuda/staged_fwd.cuh"
 
 namespace jaxnorm {
 
@@ -44,6 +45,16 @@ struct FwdRunner {
     if constexpr (Op::kBudget.spread_small && replicas_fit(kTPR, kBlock, kPacks, kCluster)) {
       if (replicas == 4) return replicated<kTPR, kBlock, kPacks, 4>();
       if (replicas == 2) return replicated<kTPR, kBlock, kPacks, 2>();
+    }
+    if constexpr (staged_tile<Op, kTPR, kBlock, kPacks, kCluster>()) {
+      auto staged = staged_fwd_kernel<Op, kCluster>;
+      constexpr size_t smem = staged_smem<Op>();
+      static const int staged_resident = resident_workers(staged, kBlock, kCluster, smem);
+      if (staged_resident > 0) {
+        const int64_t workers = std::min<int64_t>(rows, staged_resident);
+        return launch_with_smem(staged, dim3(workers * kCluster), dim3(kBlock), kCluster, smem, stream, what, op, rows,
+                                cols);
+      }
     }
     auto kernel = tile_fwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
     static const int resident = resident_workers(kernel, kBlock, kCluster);
