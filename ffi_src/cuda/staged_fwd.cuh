@@ -43,18 +43,6 @@ constexpr size_t staged_smem() {
   return staged_params_bytes<Op>() + 2 * staged_row_bytes<Op>();
 }
 
-__device__ __forceinline__ void staged_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
 // Thread 0: the copies of `row`'s slice (segments of W columns, kCluster * W apart) into `dst`,
 // counted on the mbarrier `bar`.
 template <class T, int kCluster, int W>
@@ -123,7 +111,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, in
   int iter = 0;
   for (int64_t row = worker; row < rows; row += workers, ++iter) {
     const int b = iter & 1;
-    staged_wait(smem_addr(&full[b]), (iter >> 1) & 1);
+    wait_phase<true>(&full[b], (iter >> 1) & 1);  // the copies' bytes landed
     const T* const xrow = xs + b * P * W;
     Pack<T, V> raw[P];
     bool ok[P];
