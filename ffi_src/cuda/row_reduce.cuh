@@ -71,11 +71,11 @@ __device__ __forceinline__ S group_allreduce(S v, Merge merge) {
 //   SM's L1 emptied) after every wait.
 // - st.async: the value's bytes are counted on the peer's mbarrier as they land (QuACK's way),
 //   waited on at CTA scope: neither fence. 16-bit LayerNorm and softmax forwards take it (their
-//   budgets' async_exchange): LayerNorm +2-6% at 32768-262144 bf16 columns, softmax +0-2%, few
-//   rows +4-9%, in four calls. RMSNorm's forward lost 4% with it at 32768 in every call, and the
-//   float32 LayerNorm's 4% at 131072, with the same instructions and DRAM bytes (Nsight Compute:
-//   lower DRAM throughput and occupancy, not explained), so they and the kernels not measured
-//   with it keep the fenced push (results/h100-rows.md, v27).
+//   budgets' async_exchange): LayerNorm +2-3% at 32768-131072 bf16 columns in every call (262144
+//   0.99-1.06x by machine), softmax +0-2%, few rows +3-9%. RMSNorm's forward lost 4% with it at
+//   32768 in every call, and the float32 LayerNorm's 4% at 131072, with the same instructions
+//   and DRAM bytes (Nsight Compute: lower DRAM throughput and occupancy, not explained), so they
+//   and the kernels not measured with it keep the fenced push (results/h100-rows.md, v27).
 
 // Scratch a CTA needs for row_allreduce; one instance in static shared memory per kernel. Two
 // copies, used by alternate rows, so one barrier per row suffices: a copy is rewritten (by a
@@ -96,9 +96,9 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 
 // Before the first row_allreduce of a cluster kernel: the mbarriers expect one arrival from each
 // CTA of the cluster (st.async: this CTA's expect_tx alone) and must be initialized before any
-// peer arrives on them. The cluster barrier
-// that orders the two is split: every thread arrives here and waits at its first row's exchange
-// (row_allreduce), so the first row's loads are in flight meanwhile instead of behind a barrier.
+// peer arrives on them. The cluster barrier that orders the two is split: every thread arrives
+// here and waits at its first row's exchange (row_allreduce), so the first row's loads are in
+// flight meanwhile instead of behind a barrier.
 // `ctas`: the cluster's size when the kernel learns it at run time (cluster_allreduce).
 template <class Smem>
 __device__ __forceinline__ void cluster_reduce_init(Smem& smem, unsigned ctas) {

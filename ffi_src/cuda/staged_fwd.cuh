@@ -20,8 +20,8 @@ namespace jaxnorm {
 
 constexpr int kStagedThreads = 256, kStagedPacks = 8;
 
-// Whether the tile (tpr, block, packs, cluster) of Op may run staged: the norms' 16-bit cluster
-// tiles holding x as loaded, with parameters to keep.
+// Whether the tile (tpr, block, packs, cluster) of Op runs staged: a 16-bit norm cluster tile of
+// its budget's staged_cluster CTAs, holding x as loaded, with parameters to keep.
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool staged_tile() {
   return kCluster == Op::kBudget.staged_cluster && kTPR == kStagedThreads && kBlock == kStagedThreads &&
