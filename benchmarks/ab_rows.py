@@ -3,12 +3,16 @@
 
     python benchmarks/ab_rows.py LABEL WIDTHS DTYPES OPS
     python benchmarks/ab_rows.py base1 32768,262144,64x65536 bfloat16,float32 rms_norm,layer_norm
+    python benchmarks/ab_rows.py base1 32768,262144 bfloat16 rms_norm+bwd,layer_norm+bwd
 
 A width alone means rows of 2^27 elements in all; ROWSxCOLS names both. OPS: rms_norm, layer_norm
-(float32 scale and bias), softmax, log_softmax. Each line printed is one shape's median device time
-(the JAX profiler's kernel events, inputs rotated over more memory than L2, as bench.py times them)
-and its TB/s of the fewest bytes (read x, write y); the lines go to $OUT/rows-LABEL.json too (OUT
-defaults to /tmp). No output is checked: the suite does that for the same kernels.
+(float32 scale and bias), softmax, log_softmax, each alone (the forward) or with `+bwd` (the
+forward and backward: jax.vjp over x and the norm's parameters, pulled back from a random dy, as
+bench.py's fwd+bwd). Each line printed is one shape's median device time (the JAX profiler's kernel
+events, inputs rotated over more memory than L2, as bench.py times them) and its TB/s of the
+fewest bytes (read x, write y; with the backward also read x or y, read dy, write dx); the lines
+go to $OUT/rows-LABEL.json too (OUT defaults to /tmp). No output is checked: the suite does that
+for the same kernels.
 
     python benchmarks/ab_rows.py --compare LOG A B [C ...]
 
@@ -20,7 +24,7 @@ import os
 import re
 import sys
 
-LINE = re.compile(r"\[(\S+)\] (\w+) (\w+)\s+(\d+)x(\d+)\s+([\d.]+)us\s+([\d.]+)TB/s")
+LINE = re.compile(r"\[(\S+)\] (\w+) ([\w+]+)\s+(\d+)x(\d+)\s+([\d.]+)us\s+([\d.]+)TB/s")
 
 
 def time_rows(label, widths, dtypes, ops):
@@ -42,16 +46,26 @@ def time_rows(label, widths, dtypes, ops):
             xs = [jax.random.normal(k, (rows, cols), jnp.float32).astype(dtype) for k in ks[:n]]
             scale = jax.random.normal(ks[n], (cols,), jnp.float32)
             bias = jax.random.normal(ks[n + 1], (cols,), jnp.float32)
-            fns = {"layer_norm": lambda v: jaxnorm.layer_norm(v, scale, bias),
-                   "rms_norm": lambda v: jaxnorm.rms_norm(v, scale),
-                   "softmax": jaxnorm.softmax, "log_softmax": jaxnorm.log_softmax}
+            # Each op over (x, the parameters it differentiates in the backward).
+            fns = {"layer_norm": (jaxnorm.layer_norm, (scale, bias)), "rms_norm": (jaxnorm.rms_norm, (scale,)),
+                   "softmax": (jaxnorm.softmax, ()), "log_softmax": (jaxnorm.log_softmax, ())}
+            dys = None
             for op in ops:
-                t = device_time(jax.jit(fns[op]), [(x,) for x in xs], reps=5)["median"]
-                print(f"[{label}] {dtype} {op:11s} {rows}x{cols} {t * 1e6:9.1f}us {nbytes / t / 1e12:6.3f}TB/s",
+                f, params = fns[op.removesuffix("+bwd")]
+                if op.endswith("+bwd"):
+                    if dys is None:
+                        dys = [jax.random.normal(k, (rows, cols), jnp.float32).astype(dtype)
+                               for k in jax.random.split(ks[n + 1], n)]
+                    fn = jax.jit(lambda dy, *a, f=f: (lambda y, pull: (y, pull(dy)))(*jax.vjp(f, *a)))
+                    args, moved = [(dy, x, *params) for dy, x in zip(dys, xs)], nbytes * 5 // 2
+                else:
+                    fn, args, moved = jax.jit(f), [(x, *params) for x in xs], nbytes
+                t = device_time(fn, args, reps=5)["median"]
+                print(f"[{label}] {dtype} {op:11s} {rows}x{cols} {t * 1e6:9.1f}us {moved / t / 1e12:6.3f}TB/s",
                       flush=True)
                 out.append(dict(label=label, dtype=dtype, op=op, rows=rows, cols=cols, us=t * 1e6,
-                                tbs=nbytes / t / 1e12))
-            del xs
+                                tbs=moved / t / 1e12))
+            del xs, dys
     with open(os.path.join(os.environ.get("OUT", "/tmp"), f"rows-{label}.json"), "w") as f:
         json.dump(out, f)
 
