@@ -327,7 +327,8 @@ struct NormBwdOp {
   using Type = T;
   using RowType = A;
   static constexpr int kColumnSums = kBiasGrad ? 2 : 1;
-  static constexpr TileBudget kBudget = norm_backward_budget(sizeof(T));
+  // Cluster tiles exchange by st.async (row_reduce.cuh says what it gained).
+  static constexpr TileBudget kBudget = with_async_exchange(norm_backward_budget(sizeof(T)));
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;

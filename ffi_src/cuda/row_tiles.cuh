@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   using T = typename Op::Type;
   constexpr int V = kVecOf<T>;
   constexpr int kRowsPerCta = kBlock / kTPR;
-  __shared__ RowReduceSmem<Sum2, warps_for_reduce<kTPR, kBlock>()> red;
+  __shared__ RowReduceSmem<Sum2, warps_for_reduce<kTPR, kBlock>(), Op::kBudget.async_exchange && (kCluster > 1)> red;
   const int t = (kCluster > 1 ? (blockIdx.x % kCluster) * kTPR : 0) + threadIdx.x % kTPR;
   const int slot = threadIdx.x / kTPR;
   const int64_t workers = gridDim.x / kCluster;
