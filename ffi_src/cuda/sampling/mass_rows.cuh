@@ -1,16 +1,16 @@
 // The sampler of rows whose kept set is known once the maximum is (no top-k or top-p: no filter,
 // temperature, min-p; greedy rows too), with each thread's share of the row held in registers:
 // one read of the row, two cluster exchanges (the maximum, then the masses or the argmax), and the
-// picked CTA's scan of its own registers. The exchanges push each CTA's value into its peers'
-// shared memory by st.async onto their mbarriers (row_reduce.cuh's push_and_wait), so a CTA waits
-// only for its peers' values to land: no cluster barrier, whose release and acquire at cluster
-// scope fence global memory (a MEMBAR.ALL.GPU and an emptied L1) on a batch-1 row's critical path.
-// Against cluster barriers (H200, same-call A/B): 0.65-0.83x the time at 1-8 rows x 32000-128256,
-// 1.00x at 64 rows (results/h200-exchange-a56879a). It draws what draw_by_mass (inverse_draw.cuh) draws,
+// picked CTA's scan of its own registers. It draws what draw_by_mass (inverse_draw.cuh) draws,
 // token for token: the same fixed-point masses of the same s, in index order, and the same word.
 // The general kernel (row_select.cuh) copies the row into shared memory and reads the copy twice,
 // a row's cluster waiting out each pass; here nothing is copied and the chain after the read is
-// two barriers and one warp's scan.
+// two exchanges and one warp's scan.
+// The exchanges push each CTA's value into its peers' shared memory by st.async onto their
+// mbarriers (row_reduce.cuh's push_and_wait), so a CTA waits only for its peers' values to land:
+// no cluster barrier, whose release and acquire at cluster scope put a MEMBAR.ALL.GPU and an
+// emptied L1 on a batch-1 row's critical path. Against cluster barriers (H200, same-call A/B):
+// 0.65-0.83x the time at 1-8 rows x 32000-128256, 1.00x at 64 rows (results/h200-exchange-a56879a).
 #pragma once
 
 #include "cuda/row_reduce.cuh"
