@@ -608,11 +608,12 @@ def test_by_mass_kernel_draws_the_general_kernels_tokens(dtype, vocab, rng, monk
     register-held kernel (mass_rows.cuh: rows of whole 16-byte packs) against the general kernel
     (JAXNORM_SAMPLING_BY_MASS=0), with and without an output bias and finished rows, min-p,
     per-row temperatures with greedy rows, special rows (ties, NaN, +-inf), batches that spread
-    rows over 1-16 CTAs, and rows that hold 16 or 32 tokens a thread (151936). On the CPU the
-    switch does nothing."""
+    rows over 1-16 CTAs (100 rows of 96 tokens: a CTA a row, launched without
+    clusters, whose exchanges go through its own shared memory), and rows that hold 16 or 32
+    tokens a thread (151936). On the CPU the switch does nothing."""
     key = jax.random.key(int(rng.integers(1 << 30)))
     bias = logits_of(rng, (vocab,), F32, scale=0.5)
-    for rows in (1, 8, 64, 200):
+    for rows in (1, 8, 64, 100, 200):
         x = logits_of(rng, (rows, vocab), DTYPES[dtype])
         if rows >= 8:
             x = x.at[:8].set(_special_rows(rng, vocab, DTYPES[dtype]))
