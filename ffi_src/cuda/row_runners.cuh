@@ -111,7 +111,7 @@ struct BwdRunner {
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = column_partials_smem<Op, kBlock, kPacks>();
+    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster>();
     static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();
     const int64_t needed = ceil_div(rows_per_group, kBlock / kTPR);
