@@ -481,39 +481,32 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
   }
 };
 
-// The norm backward's wide cluster tiles (a CTA a row slice, 16-bit rows held as loaded, the
-// column partials in shared memory, one CTA an SM) stage the worker's next row's slices of a and
-// dy into shared memory by bulk copies (bulk_stage.cuh) while the current row reduces, exchanges
-// and stores, and the L2 prefetch runs a row further ahead: one CTA an SM otherwise has no row's
-// bytes in flight through its chain (bf16 RMSNorm 512 x 262144 on the H200: 43.6% of DRAM
-// throughput, ~2 us a row of chain; results/h100-rows.md v28). With one column sum the slice's
-// scale stays in shared memory for all rows, where each row read it twice from L2.
+// The norm backward's wide cluster tiles with one column sum (RMSNorm; a CTA a row slice, 16-bit
+// rows held as loaded, the partials in shared memory, one CTA an SM) keep their slice of the scale
+// in shared memory for all rows, where each row read it twice from L2, and stage the worker's next
+// row's slices of a and dy there by bulk copies (bulk_stage.cuh) while the current row reduces,
+// exchanges and stores, with the L2 prefetch a row further ahead. Measured on the H200 against the
+// unstaged tile (same call; results/h100-rows.md v29): bf16 RMSNorm fwd+bwd 1.01 / 1.05 / 1.10 /
+// 1.21x at 32768 / 65536 / 131072 / 262144 columns (the 262144 backward 380 -> 281 us, 43.8 ->
+// 58.6% of DRAM throughput), fp16 1.07-1.23x. LayerNorm's two partials leave room for one slice a
+// stage and not the scale: staged, it lost 3-17%. A launch whose workers have a row each has
+// nothing to overlap and takes the unstaged tile (RMSNorm 16 x 65536 staged: 0.925x).
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool staged_bwd() {
-  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() && bwd_holds_raw<Op>();
+  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() && bwd_holds_raw<Op>() &&
+         Op::kColumnSums == 1;
 }
-template <class Op>
-constexpr bool staged_bwd_scale() {
-  return Op::kColumnSums == 1;
-}
-// Columns of a staged CTA's row slice, and the dynamic shared memory of a staged tile: the
-// partials, one slice of a and of dy, and (staged_bwd_scale) the scale's slice.
-template <class Op, int kBlock, int kPacks>
-constexpr int staged_bwd_cols() {
-  return kPacks * kBlock * kVecOf<typename Op::Type>;
-}
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+// Dynamic shared memory of a backward tile: the partials, and staged, one slice of a and of dy and
+// the scale's slice.
+template <class Op, int kBlock, int kPacks, bool kStaged>
 constexpr size_t tile_bwd_smem() {
-  if constexpr (!staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
-    return column_partials_smem<Op, kBlock, kPacks>();
-  } else {
-    constexpr size_t n = staged_bwd_cols<Op, kBlock, kPacks>();
-    return column_partials_smem<Op, kBlock, kPacks>() + n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type)) +
-           (staged_bwd_scale<Op>() ? n * sizeof(float) : 0);
-  }
+  constexpr size_t n = static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
+  return column_partials_smem<Op, kBlock, kPacks>() +
+         (kStaged ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type) + sizeof(float)) : 0);
 }
 
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+// kStage: the tile staged where staged_bwd allows it.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kStage = false>
 __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
@@ -532,8 +525,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   // Staged tiles (staged_bwd): the slices of a and dy after the partials, then the scale's; W
   // columns a segment, S a segment of the cluster. Pack p's op reads the scale at col from
   // segment p of the slice (`at_pack`); unstaged tiles read it from global memory.
-  constexpr bool kStaged = staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-  constexpr bool kScaleHeld = kStaged && staged_bwd_scale<Op>();
+  constexpr bool kStaged = kStage && staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
   constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
   unsigned char* const stage = reinterpret_cast<unsigned char*>(jn_dynamic_smem) + column_partials_smem<Op, kBlock, kPacks>();
@@ -544,17 +536,15 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   const unsigned rank = kCluster > 1 ? blockIdx.x % kCluster : 0;
   const auto at_pack = [&](int p) {
     Op q = op;
-    if constexpr (kScaleHeld) q.gamma = gs + p * W - (static_cast<int64_t>(p) * S + rank * W);
+    if constexpr (kStaged) q.gamma = gs + p * W - (static_cast<int64_t>(p) * S + rank * W);
     return q;
   };
   if constexpr (kStaged) {
     if (threadIdx.x == 0) init_stage_barriers(full, 1);
-    if constexpr (kScaleHeld) {
-      if (op.gamma != nullptr) {
-        for (int i = threadIdx.x * 4; i < kPacks * W; i += kBlock * 4) {
-          const int64_t col = (static_cast<int64_t>(i / W) * kCluster + rank) * W + i % W;
-          if (col < cols) *reinterpret_cast<float4*>(gs + i) = *reinterpret_cast<const float4*>(op.gamma + col);
-        }
+    if (op.gamma != nullptr) {
+      for (int i = threadIdx.x * 4; i < kPacks * W; i += kBlock * 4) {
+        const int64_t col = (static_cast<int64_t>(i / W) * kCluster + rank) * W + i % W;
+        if (col < cols) *reinterpret_cast<float4*>(gs + i) = *reinterpret_cast<const float4*>(op.gamma + col);
       }
     }
     __syncthreads();  // the mbarrier initialized, the scale's slice in
