@@ -1,7 +1,7 @@
 # Same-call A/B on the H200: this tree (the norm backward's cluster tiles staged, row_tiles.cuh
 # staged_bwd) against main's ffi_src (carried as .scratch/base-ffi_src.tar), then the tests of the
 # changed families on this tree, and Nsight Compute of the bf16 512 x 262144 RMSNorm backward.
-# Run from the repository root: COMMIT=<hash> BASE=<hash> bash benchmarks/results/h200-staged-bwd/call1.sh
+# Run from the repository root: COMMIT=<hash> BASE=<hash> bash benchmarks/results/h200-staged-bwd/call1-ab/call1.sh
 # Prediction (count in h100-rows.md v29): bf16 norm fwd+bwd 0.80-0.90x the time at 131072-262144,
 # 0.90-1.00x at 32768-65536; the backward at 512 x 262144 from 43.6% to >= 65% of DRAM throughput.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
