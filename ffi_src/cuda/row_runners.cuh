@@ -108,24 +108,43 @@ struct BwdRunner {
   cudaStream_t stream;
   const char* what;
 
+  // Workers of a tile launch with `resident` workers resident (0: none fit).
   template <int kTPR, int kBlock, int kPacks, int kCluster>
-  ffi::Error tile() {
-    auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = column_partials_smem<Op, kBlock, kPacks>();
-    static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
-    if (resident == 0) return loop<512, 512>();
+  int64_t tile_workers(int resident) const {
     const int64_t needed = ceil_div(rows_per_group, kBlock / kTPR);
     int64_t workers = std::min<int64_t>(needed, std::max<int64_t>(1, resident / groups));
     if constexpr (Op::kColumnSums > 0) {
       workers = std::min(workers, ws_rows);
     } else if constexpr (one_shot_bwd<Op, kBlock, kPacks, kCluster>()) {
-      // The kernel makes one pass: every row span needs its worker.
-      if (needed > kMaxGridX / kCluster)
-        return ffi::Error::InvalidArgument(std::string("jaxnorm: ") + what + ": too many rows for one launch");
-      workers = needed;
+      workers = needed;  // the kernel makes one pass: every row span needs its worker
     }
-    JN_RETURN_IF_ERROR(launch_with_smem(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster, smem,
-                                        stream, what, op, rows_per_group, cols, workspace, ws_rows));
+    return workers;
+  }
+
+  template <int kTPR, int kBlock, int kPacks, int kCluster>
+  ffi::Error tile() {
+    if constexpr (staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
+      // Staged where a worker has a next row to stage (row_tiles.cuh, staged_bwd).
+      auto staged = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
+      constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, true>();
+      static const int resident = resident_workers(staged, kBlock, kCluster, smem);
+      const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
+      if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(staged, smem, workers);
+    }
+    auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
+    constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, false>();
+    static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
+    if (resident == 0) return loop<512, 512>();
+    const int64_t workers = tile_workers<kTPR, kBlock, kPacks, kCluster>(resident);
+    if (workers > kMaxGridX / kCluster)
+      return ffi::Error::InvalidArgument(std::string("jaxnorm: ") + what + ": too many rows for one launch");
+    return launch_tile<kBlock, kCluster>(kernel, smem, workers);
+  }
+
+  template <int kBlock, int kCluster, class K>
+  ffi::Error launch_tile(K kernel, size_t smem, int64_t workers) {
+    JN_RETURN_IF_ERROR(launch_with_smem(kernel, dim3(workers * kCluster, groups), dim3(kBlock), kCluster,
+                                        smem, stream, what, op, rows_per_group, cols, workspace, ws_rows));
     return reduce_columns(workers);
   }
 

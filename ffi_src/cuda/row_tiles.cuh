@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "common/stats.h"
+#include "cuda/bulk_stage.cuh"
 #include "cuda/device_types.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_reduce.cuh"
@@ -385,6 +386,13 @@ struct BwdRowPacks<Op, kPacks, true> {
     op.load_held(row, col, a[p], d[p]);
     if constexpr (bwd_loads_early<Op, kPacks>()) e[p] = op.template load_early<V>(row, col);
   }
+  // Pack p from the row's staged slices (staged_bwd), at the thread's place in them.
+  __device__ void load_staged(const Op& op, const typename Op::RowType* as, const typename Op::Type* ds, int64_t row,
+                              int64_t col, int p) {
+    a[p] = load_raw<typename Op::RowType, V>(as);
+    d[p] = load_raw<typename Op::Type, V>(ds);
+    if constexpr (bwd_loads_early<Op, kPacks>()) e[p] = op.template load_early<V>(row, col);
+  }
   template <bool kAgain, class F>
   __device__ void with(int p, F f) {
     float fa[V], fd[V];
@@ -473,7 +481,32 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
   }
 };
 
+// The norm backward's wide cluster tiles with one column sum (RMSNorm; a CTA a row slice, 16-bit
+// rows held as loaded, the partials in shared memory, one CTA an SM) keep their slice of the scale
+// in shared memory for all rows, where each row read it twice from L2, and stage the worker's next
+// row's slices of a and dy there by bulk copies (bulk_stage.cuh) while the current row reduces,
+// exchanges and stores, with the L2 prefetch a row further ahead. Measured on the H200 against the
+// unstaged tile (same call; results/h100-rows.md v29): bf16 RMSNorm fwd+bwd 1.01 / 1.05 / 1.10 /
+// 1.21x at 32768 / 65536 / 131072 / 262144 columns (the 262144 backward 380 -> 281 us, 43.8 ->
+// 58.6% of DRAM throughput), fp16 1.07-1.23x. LayerNorm's two partials leave room for one slice a
+// stage and not the scale: staged, it lost 3-17%. A launch whose workers have a row each has
+// nothing to overlap and takes the unstaged tile (RMSNorm 16 x 65536 staged: 0.925x).
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+constexpr bool staged_bwd() {
+  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() && bwd_holds_raw<Op>() &&
+         Op::kColumnSums == 1;
+}
+// Dynamic shared memory of a backward tile: the partials, and staged, one slice of a and of dy and
+// the scale's slice.
+template <class Op, int kBlock, int kPacks, bool kStaged>
+constexpr size_t tile_bwd_smem() {
+  constexpr size_t n = static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
+  return column_partials_smem<Op, kBlock, kPacks>() +
+         (kStaged ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type) + sizeof(float)) : 0);
+}
+
+// kStage: the tile staged where staged_bwd allows it.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kStage = false>
 __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
@@ -489,6 +522,36 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   row_reduce_init<kCluster>(red);
   ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>(), Op::kColumnSums> parts;
 
+  // Staged tiles (staged_bwd): the slices of a and dy after the partials, then the scale's; W
+  // columns a segment, S a segment of the cluster. Pack p's op reads the scale at col from
+  // segment p of the slice (`at_pack`); unstaged tiles read it from global memory.
+  constexpr bool kStaged = kStage && staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  constexpr int W = kBlock * V, S = W * kCluster;
+  using A = typename Op::RowType;
+  unsigned char* const stage = reinterpret_cast<unsigned char*>(jn_dynamic_smem) + column_partials_smem<Op, kBlock, kPacks>();
+  A* const as = reinterpret_cast<A*>(stage);
+  T* const ds = reinterpret_cast<T*>(stage + kPacks * W * sizeof(A));
+  float* const gs = reinterpret_cast<float*>(stage + kPacks * W * (sizeof(A) + sizeof(T)));
+  __shared__ alignas(8) unsigned long long full[1];  // staged: the row's copies
+  const unsigned rank = kCluster > 1 ? blockIdx.x % kCluster : 0;
+  const auto at_pack = [&](int p) {
+    Op q = op;
+    if constexpr (kStaged) q.gamma = gs + p * W - (static_cast<int64_t>(p) * S + rank * W);
+    return q;
+  };
+  if constexpr (kStaged) {
+    if (threadIdx.x == 0) init_stage_barriers(full, 1);
+    if (op.gamma != nullptr) {
+      for (int i = threadIdx.x * 4; i < kPacks * W; i += kBlock * 4) {
+        const int64_t col = (static_cast<int64_t>(i / W) * kCluster + rank) * W + i % W;
+        if (col < cols) *reinterpret_cast<float4*>(gs + i) = *reinterpret_cast<const float4*>(op.gamma + col);
+      }
+    }
+    __syncthreads();  // the mbarrier initialized, the scale's slice in
+    if (threadIdx.x == 0 && worker < rows_per_group)
+      stage_slices<kCluster, W, kPacks>(group_row0 + worker, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
+  }
+
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
   constexpr bool kOnce = one_shot_bwd<Op, kBlock, kPacks, kCluster>();  // one pass: no loop state kept live
   for (int64_t base = worker * kRowsPerCta; base < rows_per_group && (!kOnce || iter == 0); base += stride, ++iter) {
@@ -497,13 +560,26 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     BwdRowPacks<Op, kPacks> rp;
     using Early = typename decltype(rp)::Early;
     bool ok[kPacks];
+    if constexpr (kStaged) {
+      wait_phase<true>(&full[0], iter & 1);  // the row's copies landed
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
-      ok[p] = row_ok && col < cols;
-      if (ok[p]) rp.load(op, row, col, p);
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+        ok[p] = row_ok && col < cols;
+        if (ok[p]) rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
+      }
+      __syncthreads();  // every thread's reads of the slices are done: they take the next row
+      if (threadIdx.x == 0 && base + stride < rows_per_group)
+        stage_slices<kCluster, W, kPacks>(row + stride, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
+    } else {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+        ok[p] = row_ok && col < cols;
+        if (ok[p]) rp.load(op, row, col, p);
+      }
     }
-    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + stride,
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kStaged ? 2 : 1) * stride,
                                                group_row0 + rows_per_group);
     const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};
@@ -511,7 +587,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     for (int p = 0; p < kPacks; ++p)
       if (ok[p])
         rp.template with<false>(p, [&](float(&a)[V], float(&d)[V], const Early&) {
-          op.terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a, d, s);
+          at_pack(p).terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a, d, s);
         });
     s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, iter);
     const auto r = op.finalize(in, s);
@@ -520,13 +596,14 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
       if (ok[p]) {
         const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
         rp.template with<true>(p, [&](float(&a)[V], float(&d)[V], const Early& early) {
+          const Op q = at_pack(p);
           if constexpr (decltype(rp)::kHeld) {
             Sum2 unused{0.f, 0.f};
-            op.terms(in, row, col, a, d, unused);  // a in emit()'s form again
+            q.terms(in, row, col, a, d, unused);  // a in emit()'s form again
           }
           float gp[V], bp[V];
           parts.get(p, gp, bp);
-          op.emit(row, col, a, d, r, gp, bp, early);
+          q.emit(row, col, a, d, r, gp, bp, early);
           parts.put(p, gp, bp);
         });
       }

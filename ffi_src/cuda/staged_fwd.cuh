@@ -13,6 +13,7 @@
 // was measured with.
 #pragma once
 
+#include "cuda/bulk_stage.cuh"
 #include "cuda/row_reduce.cuh"
 #include "cuda/row_tiles.cuh"
 
@@ -43,30 +44,6 @@ constexpr size_t staged_smem() {
   return staged_params_bytes<Op>() + 2 * staged_row_bytes<Op>();
 }
 
-// Thread 0: the copies of `row`'s slice (segments of W columns, kCluster * W apart) into `dst`,
-// counted on the mbarrier `bar`.
-template <class T, int kCluster, int W>
-__device__ __forceinline__ void stage_row(const T* x, int64_t row, int64_t cols, unsigned rank, T* dst, unsigned bar) {
-  unsigned bytes[kStagedPacks], total = 0;
-#pragma unroll
-  for (int p = 0; p < kStagedPacks; ++p) {
-    const int64_t seg = (static_cast<int64_t>(p) * kCluster + rank) * W;
-    bytes[p] = static_cast<unsigned>(min(max(cols - seg, int64_t{0}), int64_t{W})) * sizeof(T);
-    total += bytes[p];
-  }
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(total) : "memory");
-#pragma unroll
-  for (int p = 0; p < kStagedPacks; ++p) {
-    const int64_t seg = (static_cast<int64_t>(p) * kCluster + rank) * W;
-    if (bytes[p] > 0) {
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       smem_addr(dst + p * W)),
-                   "l"(x + row * cols + seg), "r"(bytes[p]), "r"(bar)
-                   : "memory");
-    }
-  }
-}
-
 template <class Op, int kCluster>
 __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
@@ -84,17 +61,13 @@ __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, in
   const unsigned local = split ? first - lane * (V / 2) : first;  // the thread's columns in a segment
   const unsigned col0 = rank * W + local;
   const int left = static_cast<int>(min(max(cols - static_cast<int64_t>(col0), int64_t{0}), int64_t{0x7fffffff}));
-  if (threadIdx.x == 0) {
-    for (int b = 0; b < 2; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&full[b])));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
+  if (threadIdx.x == 0) init_stage_barriers(full, 2);
   row_reduce_init<kCluster>(red);
   __syncthreads();  // the mbarriers initialized
   if (threadIdx.x == 0) {
     for (int i = 0; i < 2; ++i) {
       const int64_t row = worker + i * workers;
-      if (row < rows) stage_row<T, kCluster, W>(op.x, row, cols, rank, xs + i * P * W, smem_addr(&full[i]));
+      if (row < rows) stage_slices<kCluster, W, P>(row, cols, rank, smem_addr(&full[i]), op.x, xs + i * P * W);
     }
   }
   // The slice's parameters, once (the common call has both of LayerNorm's, RMSNorm's scale).
@@ -125,7 +98,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, in
     // row_allreduce; after it the buffer takes the row two ahead.
     const Stats s = row_allreduce<kStagedThreads, kCluster>(mine, typename Op::Merge{}, red, iter);
     if (threadIdx.x == 0 && row + 2 * workers < rows)
-      stage_row<T, kCluster, W>(op.x, row + 2 * workers, cols, rank, xs + b * P * W, smem_addr(&full[b]));
+      stage_slices<kCluster, W, P>(row + 2 * workers, cols, rank, smem_addr(&full[b]), op.x, xs + b * P * W);
     const auto r = op.finalize(s, mine, row, threadIdx.x == 0 && rank == 0);
     const auto store_packs = [&](const Op& o) {
 #pragma unroll

@@ -1,7 +1,7 @@
-# Prepared, not run (2026-11-28; no device time left). Same-call A/B on the GPU machine: this tree
+# Prepared at a3eaa82, run 2026-11-28 at 46e1b67 (call/, README.md). Same-call A/B on the GPU machine: this tree
 # (main) against this tree with bwd-256x2.patch applied (16-bit norm backward rows of 32768-131072
 # columns on clusters of 256-thread CTAs of 4 packs, two CTAs an SM). Run from the repository root:
-#   COMMIT=<hash> bash benchmarks/results/next-bwd-256x2/ab.sh
+#   COMMIT=<hash> bash benchmarks/results/h200-bwd-256x2/ab.sh
 # ptxas (nvcc 13.0, sm_90): the new tiles take 97-118 registers, no spills (<= 128: two CTAs an SM
 # fit), and 64 KB of column partials a CTA. tests/tile_choice_check.cc passes with the patch.
 # Prediction: bf16/fp16 norm fwd+bwd 0.85-0.95x the time at 32768-131072 (two rows' chains overlap
@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a $OUT/log.txt) 2>&1
 echo "commit $COMMIT"
 here=$PWD
-rm -rf /tmp/new && cp -r . /tmp/new && rm -rf /tmp/new/build && (cd /tmp/new && git apply benchmarks/results/next-bwd-256x2/bwd-256x2.patch) || exit 1
+rm -rf /tmp/new && cp -r . /tmp/new && rm -rf /tmp/new/build && (cd /tmp/new && git apply benchmarks/results/h200-bwd-256x2/bwd-256x2.patch) || exit 1
 source benchmarks/gpu_setup.sh   # builds and installs this tree (base)
 # The sampling test left unrun at a3eaa82 (96-token rows on mass_rows without clusters), on base.
 t0=$SECONDS; timeout 120 python3 -m pytest -q -n 16 -p no:benchmark tests/test_sampling.py -k "by_mass or mass_rows" > $OUT/pytest-sampling.log 2>&1
