@@ -20,15 +20,18 @@ __device__ __forceinline__ void init_stage_barriers(unsigned long long* bars, in
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// Bytes of `row`'s slice of a [rows, cols] array of T (segments past the row's end are empty).
+// Bytes of segment p of a row's slice of a [rows, cols] array of T (empty past the row's end).
+template <class T, int kCluster, int W>
+__device__ __forceinline__ unsigned segment_bytes(int p, int64_t cols, unsigned rank) {
+  const int64_t seg = (static_cast<int64_t>(p) * kCluster + rank) * W;
+  return static_cast<unsigned>(min(max(cols - seg, int64_t{0}), int64_t{W})) * sizeof(T);
+}
+
 template <class T, int kCluster, int W, int P>
 __device__ __forceinline__ unsigned slice_bytes(int64_t cols, unsigned rank) {
   unsigned total = 0;
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const int64_t seg = (static_cast<int64_t>(p) * kCluster + rank) * W;
-    total += static_cast<unsigned>(min(max(cols - seg, int64_t{0}), int64_t{W})) * sizeof(T);
-  }
+  for (int p = 0; p < P; ++p) total += segment_bytes<T, kCluster, W>(p, cols, rank);
   return total;
 }
 
@@ -39,14 +42,24 @@ __device__ __forceinline__ void copy_slice(const T* src, int64_t row, int64_t co
                                            unsigned bar) {
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    const int64_t seg = (static_cast<int64_t>(p) * kCluster + rank) * W;
-    const unsigned bytes = static_cast<unsigned>(min(max(cols - seg, int64_t{0}), int64_t{W})) * sizeof(T);
+    const unsigned bytes = segment_bytes<T, kCluster, W>(p, cols, rank);
     if (bytes > 0) {
+      const int64_t seg = (static_cast<int64_t>(p) * kCluster + rank) * W;
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                        smem_addr(dst + p * W)),
                    "l"(src + row * cols + seg), "r"(bytes), "r"(bar)
                    : "memory");
     }
+  }
+}
+
+// Every thread of a kThreads CTA: the CTA's slice of a float32 parameter vector (the scale, the
+// bias) into `dst`, by float4s; the caller syncs before reading it.
+template <int kThreads, int kCluster, int W, int P>
+__device__ __forceinline__ void load_param_slice(const float* src, float* dst, int64_t cols, unsigned rank) {
+  for (int i = threadIdx.x * 4; i < P * W; i += kThreads * 4) {
+    const int64_t col = (static_cast<int64_t>(i / W) * kCluster + rank) * W + i % W;
+    if (col < cols) *reinterpret_cast<float4*>(dst + i) = *reinterpret_cast<const float4*>(src + col);
   }
 }
 

@@ -541,12 +541,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   };
   if constexpr (kStaged) {
     if (threadIdx.x == 0) init_stage_barriers(full, 1);
-    if (op.gamma != nullptr) {
-      for (int i = threadIdx.x * 4; i < kPacks * W; i += kBlock * 4) {
-        const int64_t col = (static_cast<int64_t>(i / W) * kCluster + rank) * W + i % W;
-        if (col < cols) *reinterpret_cast<float4*>(gs + i) = *reinterpret_cast<const float4*>(op.gamma + col);
-      }
-    }
+    if (op.gamma != nullptr) load_param_slice<kBlock, kCluster, W, kPacks>(op.gamma, gs, cols, rank);
     __syncthreads();  // the mbarrier initialized, the scale's slice in
     if (threadIdx.x == 0 && worker < rows_per_group)
       stage_slices<kCluster, W, kPacks>(group_row0 + worker, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);

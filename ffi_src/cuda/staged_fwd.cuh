@@ -74,11 +74,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, in
   const float* const src[2] = {op.has_scale ? op.gamma : nullptr, op.has_bias ? op.beta : nullptr};
 #pragma unroll
   for (int k = 0; k < Op::kParamFloats; ++k) {
-    if (src[k] == nullptr) continue;
-    for (int i = threadIdx.x * 4; i < P * W; i += kStagedThreads * 4) {
-      const int64_t col = (static_cast<int64_t>(i / W) * kCluster + rank) * W + i % W;
-      if (col < cols) *reinterpret_cast<float4*>(prm + k * P * W + i) = *reinterpret_cast<const float4*>(src[k] + col);
-    }
+    if (src[k] != nullptr) load_param_slice<kStagedThreads, kCluster, W, P>(src[k], prm + k * P * W, cols, rank);
   }
   __syncthreads();
   int iter = 0;
