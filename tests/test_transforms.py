@@ -65,6 +65,23 @@ def test_vmap_matches_loop_many_row_chunks(op, rng):
     assert_trees_close(batched, looped, F32, width=1100 * 129)
 
 
+# vmapped rows of the norm backward's staged cluster tiles (row_tiles.cuh, staged_bwd): each
+# vmapped example is a group of rows (its own scale/bias gradient), so the staged copies and the
+# scale held in shared memory are indexed by group as well as by worker; 40 rows a group of 65536
+# bf16 columns give a worker several rows (clusters of 4 an H100 or H200 holds ~33 of at once).
+@op_params(NORMS)
+@pytest.mark.wide
+def test_vmap_wide_rows_grouped_backward(op, rng):
+    width = 65536
+    xs = make_x(op, rng, (2, 40, width), DTYPES["bfloat16"])
+    cts = make_cotangent(rng, xs)
+    params = make_params(op, rng, (width,), DTYPES["bfloat16"])
+    f = lambda x, ct: per_example(op, x, params, ct)  # noqa: E731
+    batched = jax.jit(jax.vmap(f))(xs, cts)
+    looped = _stack([jax.jit(f)(xs[i], cts[i]) for i in range(2)])
+    assert_trees_close(batched, looped, DTYPES["bfloat16"], width=width)
+
+
 @op_params(NORMS)
 def test_vmap_batched_params(op, rng):
     """Per-example scale and bias cannot share one kernel launch; the batching rule maps them."""
