@@ -555,24 +555,19 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     BwdRowPacks<Op, kPacks> rp;
     using Early = typename decltype(rp)::Early;
     bool ok[kPacks];
-    if constexpr (kStaged) {
-      wait_phase<true>(&full[0], iter & 1);  // the row's copies landed
+    if constexpr (kStaged) wait_phase<true>(&full[0], iter & 1);  // the row's copies landed
 #pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
-        ok[p] = row_ok && col < cols;
-        if (ok[p]) rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
-      }
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+      ok[p] = row_ok && col < cols;
+      if (!ok[p]) continue;
+      if constexpr (kStaged) rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
+      else rp.load(op, row, col, p);
+    }
+    if constexpr (kStaged) {
       __syncthreads();  // every thread's reads of the slices are done: they take the next row
       if (threadIdx.x == 0 && base + stride < rows_per_group)
         stage_slices<kCluster, W, kPacks>(row + stride, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
-    } else {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
-        ok[p] = row_ok && col < cols;
-        if (ok[p]) rp.load(op, row, col, p);
-      }
     }
     prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kStaged ? 2 : 1) * stride,
                                                group_row0 + rows_per_group);
