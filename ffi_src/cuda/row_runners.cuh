@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -50,7 +51,8 @@ struct FwdRunner {
       auto staged = staged_fwd_kernel<Op, kCluster>;
       constexpr size_t smem = staged_smem<Op>();
       static const int staged_resident = resident_workers(staged, kBlock, kCluster, smem);
-      if (staged_resident > 0) {
+      static const bool temp_off = Op::kParamFloats == 2 && std::getenv("JAXNORM_TEMP_NO_LN_STAGED") != nullptr;  // TEMP A/B
+      if (staged_resident > 0 && !temp_off) {
         const int64_t workers = std::min<int64_t>(rows, staged_resident);
         return launch_with_smem(staged, dim3(workers * kCluster), dim3(kBlock), kCluster, smem, stream, what, op, rows,
                                 cols);
@@ -123,13 +125,14 @@ struct BwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    if constexpr (staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
-      // Staged where a worker has a next row to stage (row_tiles.cuh, staged_bwd).
-      auto staged = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
+    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
+      // Held where a worker has several rows (row_tiles.cuh, held_scale_bwd).
+      auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
       constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, true>();
-      static const int resident = resident_workers(staged, kBlock, kCluster, smem);
+      static const int resident = resident_workers(held, kBlock, kCluster, smem);
       const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
-      if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(staged, smem, workers);
+      static const bool temp_off = Op::kColumnSums == 2 && std::getenv("JAXNORM_TEMP_NO_LN_HELD") != nullptr;  // TEMP A/B
+      if (workers > 0 && rows_per_group > workers && !temp_off) return launch_tile<kBlock, kCluster>(held, smem, workers);
     }
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
     constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, false>();

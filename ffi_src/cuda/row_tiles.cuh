@@ -481,32 +481,36 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
   }
 };
 
-// The norm backward's wide cluster tiles with one column sum (RMSNorm; a CTA a row slice, 16-bit
-// rows held as loaded, the partials in shared memory, one CTA an SM) keep their slice of the scale
-// in shared memory for all rows, where each row read it twice from L2, and stage the worker's next
-// row's slices of a and dy there by bulk copies (bulk_stage.cuh) while the current row reduces,
-// exchanges and stores, with the L2 prefetch a row further ahead. Measured on the H200 against the
-// unstaged tile (same call; results/h100-rows.md v29): bf16 RMSNorm fwd+bwd 1.01 / 1.05 / 1.10 /
-// 1.21x at 32768 / 65536 / 131072 / 262144 columns (the 262144 backward 380 -> 281 us, 43.8 ->
-// 58.6% of DRAM throughput), fp16 1.07-1.23x. LayerNorm's two partials leave room for one slice a
-// stage and not the scale: staged, it lost 3-17%. A launch whose workers have a row each has
-// nothing to overlap and takes the unstaged tile (RMSNorm 16 x 65536 staged: 0.925x).
+// The norm backward's wide cluster tiles (a CTA a row slice, 16-bit rows held as loaded, the
+// partials in shared memory, one CTA an SM) keep their slice of the scale in shared memory for all
+// rows, where each row read it twice from L2. With one column sum (RMSNorm) they also stage the
+// worker's next row's slices of a and dy there by bulk copies (bulk_stage.cuh) while the current
+// row reduces, exchanges and stores, with the L2 prefetch a row further ahead. Measured on the H200
+// against the unstaged tile (same call; results/h100-rows.md v29): bf16 RMSNorm fwd+bwd 1.01 /
+// 1.05 / 1.10 / 1.21x at 32768 / 65536 / 131072 / 262144 columns (the 262144 backward 380 -> 281
+// us, 43.8 -> 58.6% of DRAM throughput), fp16 1.07-1.23x. LayerNorm's two partials leave room
+// for the scale but not the staged rows (staged with one slice a stage and no scale, it lost
+// 3-17%). A launch whose workers have a row each has nothing to reuse or overlap and takes the
+// plain tile (RMSNorm 16 x 65536 staged: 0.925x).
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-constexpr bool staged_bwd() {
-  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() && bwd_holds_raw<Op>() &&
-         Op::kColumnSums == 1;
+constexpr bool held_scale_bwd() {
+  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() && bwd_holds_raw<Op>();
 }
-// Dynamic shared memory of a backward tile: the partials, and staged, one slice of a and of dy and
-// the scale's slice.
-template <class Op, int kBlock, int kPacks, bool kStaged>
+template <class Op>
+constexpr bool staged_bwd_rows() {
+  return Op::kColumnSums == 1;
+}
+// Dynamic shared memory of a backward tile: the partials, and held, the scale's slice and (with
+// staged rows) one slice of a and of dy.
+template <class Op, int kBlock, int kPacks, bool kHeld>
 constexpr size_t tile_bwd_smem() {
   constexpr size_t n = static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
-  return column_partials_smem<Op, kBlock, kPacks>() +
-         (kStaged ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type) + sizeof(float)) : 0);
+  constexpr size_t rows = staged_bwd_rows<Op>() ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type)) : 0;
+  return column_partials_smem<Op, kBlock, kPacks>() + (kHeld ? n * sizeof(float) + rows : 0);
 }
 
-// kStage: the tile staged where staged_bwd allows it.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kStage = false>
+// kHold: the tile holds the scale (and stages rows) where held_scale_bwd allows it.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHold = false>
 __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
@@ -522,28 +526,29 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   row_reduce_init<kCluster>(red);
   ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>(), Op::kColumnSums> parts;
 
-  // Staged tiles (staged_bwd): the slices of a and dy after the partials, then the scale's; W
-  // columns a segment, S a segment of the cluster. Pack p's op reads the scale at col from
-  // segment p of the slice (`at_pack`); unstaged tiles read it from global memory.
-  constexpr bool kStaged = kStage && staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  // Held tiles (held_scale_bwd): the scale's slice after the partials, then the staged slices of
+  // a and dy; W columns a segment, S a segment of the cluster. Pack p's op reads the scale at col
+  // from segment p of the slice (`at_pack`); other tiles read it from global memory.
+  constexpr bool kHeld = kHold && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  constexpr bool kStaged = kHeld && staged_bwd_rows<Op>();
   constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
-  unsigned char* const stage = reinterpret_cast<unsigned char*>(jn_dynamic_smem) + column_partials_smem<Op, kBlock, kPacks>();
-  A* const as = reinterpret_cast<A*>(stage);
-  T* const ds = reinterpret_cast<T*>(stage + kPacks * W * sizeof(A));
-  float* const gs = reinterpret_cast<float*>(stage + kPacks * W * (sizeof(A) + sizeof(T)));
+  float* const gs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(jn_dynamic_smem) +
+                                             column_partials_smem<Op, kBlock, kPacks>());
+  A* const as = reinterpret_cast<A*>(gs + kPacks * W);
+  T* const ds = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(as) + kPacks * W * sizeof(A));
   __shared__ alignas(8) unsigned long long full[1];  // staged: the row's copies
   const unsigned rank = kCluster > 1 ? blockIdx.x % kCluster : 0;
   const auto at_pack = [&](int p) {
     Op q = op;
-    if constexpr (kStaged) q.gamma = gs + p * W - (static_cast<int64_t>(p) * S + rank * W);
+    if constexpr (kHeld) q.gamma = gs + p * W - (static_cast<int64_t>(p) * S + rank * W);
     return q;
   };
-  if constexpr (kStaged) {
-    if (threadIdx.x == 0) init_stage_barriers(full, 1);
+  if constexpr (kHeld) {
+    if (kStaged && threadIdx.x == 0) init_stage_barriers(full, 1);
     if (op.gamma != nullptr) load_param_slice<kBlock, kCluster, W, kPacks>(op.gamma, gs, cols, rank);
     __syncthreads();  // the mbarrier initialized, the scale's slice in
-    if (threadIdx.x == 0 && worker < rows_per_group)
+    if (kStaged && threadIdx.x == 0 && worker < rows_per_group)
       stage_slices<kCluster, W, kPacks>(group_row0 + worker, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
   }
 

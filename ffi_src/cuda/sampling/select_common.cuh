@@ -12,6 +12,7 @@
 #include "common/sampling_math.h"
 #include "cuda/device_facts.h"
 #include "cuda/device_types.cuh"
+#include "cuda/row_reduce.cuh"
 
 namespace jaxnorm {
 namespace sampling {
@@ -64,6 +65,7 @@ struct SelectArgs {
   int64_t local_cap;   // the one-read lists: entries of a CTA's list (and of CTA 0's top_k merge)
   int64_t comp_cap;    // and of its entries at or above theta, sorted
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
+  int temp_ab;         // TEMP A/B (JAXNORM_TEMP_SAMPLER_AB): 1 the row parameters before the read, 2 the maximum by st.async
 };
 
 // The one-read top-k path (stream_select.cuh): its lists' default capacities (the sampler's; top_k
@@ -104,6 +106,7 @@ struct SelectShared {
   float above_s;                        // this CTA's best draw among the tokens above the gathered bin
   int above_i;
   bool arrived;                         // at the exit barrier, early (see arrive_early)
+  RowReduceSmem<uint32_t, 1, true> mx; // cluster_max_pushed's copies and mbarriers
   // The inverse-transform draws (inverse_draw.cuh):
   unsigned long long part[2];           // this CTA's share of a cluster sum, double-buffered by phase
   unsigned long long pick_pos;          // the draw's position in the picked CTA's share
@@ -172,6 +175,35 @@ __device__ V cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh
 #pragma unroll
   for (int r = 0; r < kMaxCluster; ++r) m = max_of(m, v_r[r]);
   return m;
+}
+
+// cluster_max over the cluster's `peers` CTAs by st.async pushes onto mbarriers (row_reduce.cuh's
+// push_and_wait): no cluster barrier, so no release fence waits for the CTA's memory operations in
+// flight. `ex` counts these exchanges (push_and_wait alternates sh.mx's copies by it); the kernel
+// called cluster_reduce_init(sh.mx, peers) first and this is the first cluster barrier after it.
+template <int kThreads, class V>
+__device__ V cluster_max_pushed(SelectShared<kThreads>& sh, int& phase, int& ex, V v, V lowest, unsigned peers) {
+  static_assert(sizeof(V) == sizeof(uint32_t), "pushed as a 32-bit word");
+  constexpr int kWarps = kThreads / 32;
+  V* wv = reinterpret_cast<V*>(sh.wf);
+  v = warp_max(v);
+  if (threadIdx.x % 32 == 0) wv[threadIdx.x / 32] = v;
+  __syncthreads();
+  ++phase;  // the same phase sequence as cluster_max's
+  V m = wv[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) m = max_of(m, wv[w]);
+  uint32_t bits;
+  memcpy(&bits, &m, 4);
+  push_and_wait(bits, sh.mx, ex, peers);
+  const int copy = ex++ & 1;
+  V out = lowest;
+  for (unsigned r = 0; r < peers; ++r) {
+    V pr;
+    memcpy(&pr, &sh.mx.cta[copy][r], 4);
+    out = max_of(out, pr);
+  }
+  return out;
 }
 
 // The warp's best (score, index), in every lane.
