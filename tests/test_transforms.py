@@ -65,10 +65,11 @@ def test_vmap_matches_loop_many_row_chunks(op, rng):
     assert_trees_close(batched, looped, F32, width=1100 * 129)
 
 
-# vmapped rows of the norm backward's staged cluster tiles (row_tiles.cuh, staged_bwd): each
-# vmapped example is a group of rows (its own scale/bias gradient), so the staged copies and the
-# scale held in shared memory are indexed by group as well as by worker; 40 rows a group of 65536
-# bf16 columns give a worker several rows (clusters of 4 an H100 or H200 holds ~33 of at once).
+# vmapped rows of the norm backward's held-scale cluster tiles (row_tiles.cuh, held_scale_bwd):
+# each vmapped example is a group of rows (its own scale/bias gradient), so the scale held in
+# shared memory (and RMSNorm's staged copies) are indexed by group as well as by worker; 40 rows
+# a group of 65536 bf16 columns give a worker several rows (clusters of 4 an H100 or H200 holds
+# ~33 of at once).
 @op_params(NORMS)
 @pytest.mark.wide
 def test_vmap_wide_rows_grouped_backward(op, rng):

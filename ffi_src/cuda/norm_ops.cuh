@@ -44,7 +44,7 @@ struct NormFwdOp {
   static constexpr TileBudget kBudget = with_staged_cluster(
       with_async_exchange(with_small_spread(sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget),
                           kCentered && sizeof(T) == 2),
-      sizeof(T) == 2 ? 16 : 0);
+      !kCentered && sizeof(T) == 2 ? 16 : 0);
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -51,8 +50,7 @@ struct FwdRunner {
       auto staged = staged_fwd_kernel<Op, kCluster>;
       constexpr size_t smem = staged_smem<Op>();
       static const int staged_resident = resident_workers(staged, kBlock, kCluster, smem);
-      static const bool temp_off = Op::kParamFloats == 2 && std::getenv("JAXNORM_TEMP_NO_LN_STAGED") != nullptr;  // TEMP A/B
-      if (staged_resident > 0 && !temp_off) {
+      if (staged_resident > 0) {
         const int64_t workers = std::min<int64_t>(rows, staged_resident);
         return launch_with_smem(staged, dim3(workers * kCluster), dim3(kBlock), kCluster, smem, stream, what, op, rows,
                                 cols);
@@ -131,8 +129,7 @@ struct BwdRunner {
       constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, true>();
       static const int resident = resident_workers(held, kBlock, kCluster, smem);
       const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
-      static const bool temp_off = Op::kColumnSums == 2 && std::getenv("JAXNORM_TEMP_NO_LN_HELD") != nullptr;  // TEMP A/B
-      if (workers > 0 && rows_per_group > workers && !temp_off) return launch_tile<kBlock, kCluster>(held, smem, workers);
+      if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(held, smem, workers);
     }
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
     constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, false>();

@@ -486,12 +486,13 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
 // rows, where each row read it twice from L2. With one column sum (RMSNorm) they also stage the
 // worker's next row's slices of a and dy there by bulk copies (bulk_stage.cuh) while the current
 // row reduces, exchanges and stores, with the L2 prefetch a row further ahead. Measured on the H200
-// against the unstaged tile (same call; results/h100-rows.md v29): bf16 RMSNorm fwd+bwd 1.01 /
+// against the plain tile (same calls; results/h100-rows.md v29, v30): bf16 RMSNorm fwd+bwd 1.01 /
 // 1.05 / 1.10 / 1.21x at 32768 / 65536 / 131072 / 262144 columns (the 262144 backward 380 -> 281
-// us, 43.8 -> 58.6% of DRAM throughput), fp16 1.07-1.23x. LayerNorm's two partials leave room
-// for the scale but not the staged rows (staged with one slice a stage and no scale, it lost
-// 3-17%). A launch whose workers have a row each has nothing to reuse or overlap and takes the
-// plain tile (RMSNorm 16 x 65536 staged: 0.925x).
+// us, 43.8 -> 58.6% of DRAM throughput), fp16 1.07-1.23x. LayerNorm's two partials leave room for
+// the scale but not the staged rows: the scale held, bf16 fwd+bwd 1.03 / 1.07 / 1.12x at 32768 /
+// 65536 / 131072 (the backward 262144 ~424 -> ~342 us); staged with one slice a stage and no
+// scale, it lost 3-17%. A launch whose workers have a row each has nothing to reuse or overlap and
+// takes the plain tile (RMSNorm 16 x 65536 staged: 0.925x; LayerNorm 64 x 131072 held: 1.00x).
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool held_scale_bwd() {
   return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() && bwd_holds_raw<Op>();

@@ -87,13 +87,14 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
   // Whether this CTA arrived at the exit barrier early. Each thread writes and reads its own
   // (equal) value; in shared memory, as a register held across the row loop spilled.
   sh.arrived = false;
-  // TEMP A/B: the sampling rows' maximum by st.async (cluster_max_pushed), whose mbarriers'
-  // init orders before the first row's exchange (or the exit) by a split cluster barrier.
-  constexpr bool kPushable = kMode != kTopK && !kStream;
-  const bool pushed = kPushable && (a.temp_ab & 2);
-  int ex = 0;
-  if (pushed) cluster_reduce_init(sh.mx, cl.num_blocks());
-  const bool params_early = kPushable && kThreads == kThreadsFew && (a.temp_ab & 1);
+  // The sampling rows' maximum, their first cluster exchange, goes by st.async pushes onto
+  // mbarriers (cluster_max_pushed), whose init orders before it (or the exit) by a split cluster
+  // barrier. Same-call A/B against cluster_max's fenced cluster barrier (h100-sampling.md, H200):
+  // 0.93-0.95x the time at batch 1 (128256 columns, top-k, top-p, both), 0.97-0.99x at batch 8.
+  // The one-read kernel's rows and top_k meet their clusters before their maximum.
+  constexpr bool kPushed = kMode != kTopK && !kStream;
+  int ex = 0;  // cluster_max_pushed's exchanges so far
+  if constexpr (kPushed) cluster_reduce_init(sh.mx, cl.num_blocks());
 
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     if constexpr (kMode == kSample) {
@@ -106,12 +107,6 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
       }
     }
     const T* grow = a.x + r * a.cols + c0;
-    RowParams q_early{};
-    if constexpr (kPushable && kThreads == kThreadsFew) {
-      if (params_early)
-        q_early = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p, a.log_min_p,
-                             a.n_m, a.keys, a.n_keys, a.key_width);
-    }
     // What the passes read: the held chunk, or (not resident) the row in global memory.
     const S* src = a.resident ? smem_chunk : grow;
     // Whether src lacks the bias (logit() adds it).
@@ -297,14 +292,17 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         if (threadIdx.x == 0) sh.ncand = 0;
       }
     } else {
-      float m = pushed ? cluster_max_pushed(sh, phase, ex, lmax, -INFINITY, cl.num_blocks())
-                       : cluster_max(cl, sh, phase, lmax, -INFINITY);
+      float m;
+      if constexpr (kPushed) {
+        m = cluster_max_pushed(sh, phase, ex, lmax, -INFINITY, cl.num_blocks());
+      } else {
+        m = cluster_max(cl, sh, phase, lmax, -INFINITY);
+      }
       const bool inf_row = m == INFINITY;
       if (inf_row) m = 0.0f;
       auto value_of = [&](int i) { return sampling_value(logit(i), inf_row); };
-      const RowParams q = params_early ? q_early
-                                       : row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p,
-                                                    a.n_p, a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
+      const RowParams q = row_params(r, a.rows, a.cols, a.temps, a.n_temps, a.top_k, a.n_k, a.top_p, a.n_p,
+                                     a.log_min_p, a.n_m, a.keys, a.n_keys, a.key_width);
       // s, value bin and key of a token whose logit (the bias added) is x, and of token i
       auto token_x = [&](float x, float& s, uint32_t& bin, uint32_t& key) {
         const float v = sampling_value(x, inf_row);
@@ -466,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
     __syncthreads();  // the next row's copy overwrites the chunk
   }
   // No CTA leaves while a peer may still read its shared memory.
-  if (pushed && ex == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the init's arrive
+  if (kPushed && ex == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the init's arrive
   if (!sh.arrived) cluster_arrive();
   cluster_wait();
 }

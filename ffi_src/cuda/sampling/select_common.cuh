@@ -65,7 +65,6 @@ struct SelectArgs {
   int64_t local_cap;   // the one-read lists: entries of a CTA's list (and of CTA 0's top_k merge)
   int64_t comp_cap;    // and of its entries at or above theta, sorted
   void* out;           // int32 tokens (R), T filtered (R, C), or int32 indices (R, k)
-  int temp_ab;         // TEMP A/B (JAXNORM_TEMP_SAMPLER_AB): 1 the row parameters before the read, 2 the maximum by st.async
 };
 
 // The one-read top-k path (stream_select.cuh): its lists' default capacities (the sampler's; top_k

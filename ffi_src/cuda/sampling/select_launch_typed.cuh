@@ -208,10 +208,6 @@ ffi::Error run_rows(cudaStream_t stream, const SelectArgs<T>& a, const RowsLaunc
 template <class T, int kMode, bool kBias>
 ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_smem, const char* what) {
   if (a.rows == 0) return ffi::Error::Success();
-  {
-    const char* v = std::getenv("JAXNORM_TEMP_SAMPLER_AB");  // TEMP A/B, read at each call
-    a.temp_ab = v == nullptr ? 0 : std::atoi(v);
-  }
   // The delegate floor (gather_select.cuh) where rows queue for the SMs: same-call A/B at 39ad89e,
   // top-k 50 and top-k 50 with top-p 0.9, 1-256 x 32000 and 128256: 5-10% faster at 64-256 rows
   // (both dtypes, both vocabularies), 1-2% slower at batch 1 and at 8 x 32000 (its two barriers
