@@ -89,12 +89,18 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
   sh.arrived = false;
   // The sampling rows' maximum, their first cluster exchange, goes by st.async pushes onto
   // mbarriers (cluster_max_pushed), whose init orders before it (or the exit) by a split cluster
-  // barrier. Same-call A/B against cluster_max's fenced cluster barrier (h100-sampling.md, H200):
-  // 0.93-0.95x the time at batch 1 (128256 columns, top-k, top-p, both), 0.97-0.99x at batch 8.
+  // barrier, in the 512-thread instances (batches whose rows all start at once). Same-call A/B
+  // against cluster_max's fenced cluster barrier (h100-sampling.md, H200): 0.93-0.95x the time at
+  // batch 1 (128256 columns, top-k, top-p, both), 0.97-0.99x at batch 8. Not measured for the
+  // 256-thread instances (rows queue for the SMs), which keep the barrier: the quick bench after
+  // the change gave float32 top-p, min-p and no filter at 64 x 128256 +5% against an earlier call.
   // The one-read kernel's rows and top_k meet their clusters before their maximum.
-  constexpr bool kPushed = kMode != kTopK && !kStream;
+  constexpr bool kPushed = kMode != kTopK && !kStream && kThreads == kThreadsFew;
+  // Its storage only where it runs: the other instances keep their shared memory to the byte.
+  struct NoPush {};
+  __shared__ std::conditional_t<kPushed, MaxPushSmem, NoPush> mx;
   int ex = 0;  // cluster_max_pushed's exchanges so far
-  if constexpr (kPushed) cluster_reduce_init(sh.mx, cl.num_blocks());
+  if constexpr (kPushed) cluster_reduce_init(mx, cl.num_blocks());
 
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     if constexpr (kMode == kSample) {
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
     } else {
       float m;
       if constexpr (kPushed) {
-        m = cluster_max_pushed(sh, phase, ex, lmax, -INFINITY, cl.num_blocks());
+        m = cluster_max_pushed(sh, mx, phase, ex, lmax, -INFINITY, cl.num_blocks());
       } else {
         m = cluster_max(cl, sh, phase, lmax, -INFINITY);
       }

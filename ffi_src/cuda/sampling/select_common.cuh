@@ -105,7 +105,6 @@ struct SelectShared {
   float above_s;                        // this CTA's best draw among the tokens above the gathered bin
   int above_i;
   bool arrived;                         // at the exit barrier, early (see arrive_early)
-  RowReduceSmem<uint32_t, 1, true> mx; // cluster_max_pushed's copies and mbarriers
   // The inverse-transform draws (inverse_draw.cuh):
   unsigned long long part[2];           // this CTA's share of a cluster sum, double-buffered by phase
   unsigned long long pick_pos;          // the draw's position in the picked CTA's share
@@ -178,10 +177,12 @@ __device__ V cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh
 
 // cluster_max over the cluster's `peers` CTAs by st.async pushes onto mbarriers (row_reduce.cuh's
 // push_and_wait): no cluster barrier, so no release fence waits for the CTA's memory operations in
-// flight. `ex` counts these exchanges (push_and_wait alternates sh.mx's copies by it); the kernel
-// called cluster_reduce_init(sh.mx, peers) first and this is the first cluster barrier after it.
+// flight. `ex` counts these exchanges (push_and_wait alternates mx's copies by it); the kernel
+// called cluster_reduce_init(mx, peers) first and this is the first cluster barrier after it.
+using MaxPushSmem = RowReduceSmem<uint32_t, 1, true>;
 template <int kThreads, class V>
-__device__ V cluster_max_pushed(SelectShared<kThreads>& sh, int& phase, int& ex, V v, V lowest, unsigned peers) {
+__device__ V cluster_max_pushed(SelectShared<kThreads>& sh, MaxPushSmem& mx, int& phase, int& ex, V v, V lowest,
+                                unsigned peers) {
   static_assert(sizeof(V) == sizeof(uint32_t), "pushed as a 32-bit word");
   constexpr int kWarps = kThreads / 32;
   V* wv = reinterpret_cast<V*>(sh.wf);
@@ -194,12 +195,12 @@ __device__ V cluster_max_pushed(SelectShared<kThreads>& sh, int& phase, int& ex,
   for (int w = 1; w < kWarps; ++w) m = max_of(m, wv[w]);
   uint32_t bits;
   memcpy(&bits, &m, 4);
-  push_and_wait(bits, sh.mx, ex, peers);
+  push_and_wait(bits, mx, ex, peers);
   const int copy = ex++ & 1;
   V out = lowest;
   for (unsigned r = 0; r < peers; ++r) {
     V pr;
-    memcpy(&pr, &sh.mx.cta[copy][r], 4);
+    memcpy(&pr, &mx.cta[copy][r], 4);
     out = max_of(out, pr);
   }
   return out;
