@@ -386,7 +386,7 @@ struct BwdRowPacks<Op, kPacks, true> {
     op.load_held(row, col, a[p], d[p]);
     if constexpr (bwd_loads_early<Op, kPacks>()) e[p] = op.template load_early<V>(row, col);
   }
-  // Pack p from the row's staged slices (staged_bwd), at the thread's place in them.
+  // Pack p from the row's staged slices (staged_bwd_rows), at the thread's place in them.
   __device__ void load_staged(const Op& op, const typename Op::RowType* as, const typename Op::Type* ds, int64_t row,
                               int64_t col, int p) {
     a[p] = load_raw<typename Op::RowType, V>(as);
