@@ -147,24 +147,34 @@ __device__ __forceinline__ V warp_max(V v) {
   return v;
 }
 
+// The block step of the cluster maxima: each warp's maximum of v into sh.wf, then a CTA barrier;
+// max_of_warps reads them back.
+template <int kThreads, class V>
+__device__ __forceinline__ const V* publish_warp_max(SelectShared<kThreads>& sh, V v) {
+  V* wv = reinterpret_cast<V*>(sh.wf);
+  v = warp_max(v);
+  if (threadIdx.x % 32 == 0) wv[threadIdx.x / 32] = v;
+  __syncthreads();
+  return wv;
+}
+template <int kThreads, class V>
+__device__ __forceinline__ V max_of_warps(const V* wv) {
+  V m = wv[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) m = max_of(m, wv[w]);
+  return m;
+}
+
 // The cluster-wide maximum of v (a NaN-free float, or a key) or argmax of (score, index): every
 // CTA publishes its block result in its buffer of this phase, and after the cluster barrier reads
 // all of them in rank order, so every CTA holds the same answer. `lowest` is the identity.
 template <int kThreads, class V>
 __device__ V cluster_max(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, V v, V lowest) {
   static_assert(sizeof(V) == sizeof(float), "published in the float slots");
-  constexpr int kWarps = kThreads / 32;
-  V* wv = reinterpret_cast<V*>(sh.wf);
-  v = warp_max(v);
-  if (threadIdx.x % 32 == 0) wv[threadIdx.x / 32] = v;
-  __syncthreads();
+  const V* wv = publish_warp_max(sh, v);
   const int b = phase++ & 1;
   V* pub = reinterpret_cast<V*>(&sh.fval[b]);
-  if (threadIdx.x == 0) {
-    V m = wv[0];
-    for (int w = 1; w < kWarps; ++w) m = max_of(m, wv[w]);
-    *pub = m;
-  }
+  if (threadIdx.x == 0) *pub = max_of_warps<kThreads>(wv);
   cl.sync();
   V v_r[kMaxCluster];
 #pragma unroll
@@ -184,15 +194,8 @@ template <int kThreads, class V>
 __device__ V cluster_max_pushed(SelectShared<kThreads>& sh, MaxPushSmem& mx, int& phase, int& ex, V v, V lowest,
                                 unsigned peers) {
   static_assert(sizeof(V) == sizeof(uint32_t), "pushed as a 32-bit word");
-  constexpr int kWarps = kThreads / 32;
-  V* wv = reinterpret_cast<V*>(sh.wf);
-  v = warp_max(v);
-  if (threadIdx.x % 32 == 0) wv[threadIdx.x / 32] = v;
-  __syncthreads();
+  const V m = max_of_warps<kThreads>(publish_warp_max(sh, v));
   ++phase;  // the same phase sequence as cluster_max's
-  V m = wv[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) m = max_of(m, wv[w]);
   uint32_t bits;
   memcpy(&bits, &m, 4);
   push_and_wait(bits, mx, ex, peers);
