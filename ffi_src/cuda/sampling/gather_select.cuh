@@ -291,8 +291,9 @@ struct Gather {
 // only: CTA 0 weighs the gathered top-k set itself. With kDraw, when only the bin is gathered,
 // the same pass draws among the tokens above it (all kept) and publishes this CTA's best.
 // token(i, ...) gives token i's s, value bin and key; token4(g, ...) those of tokens 4g .. 4g + 3
-// (a CTA's chunk starts at a multiple of 4).
-template <bool kDraw, int kThreads, class Token, class Token4, class SOf>
+// (a CTA's chunk starts at a multiple of 4). kPush: the histogram's exchange by st.async
+// (cluster_histogram), in the kernels that init it.
+template <bool kDraw, bool kPush, int kThreads, class Token, class Token4, class SOf>
 __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n, int64_t c0,
                                     uint32_t last, unsigned long long* cand, int64_t cap, const RowParams& q,
                                     uint32_t floor_bin, Token token, Token4 token4, SOf s_of) {
@@ -305,7 +306,7 @@ __device__ Gather gather_candidates(const cg::cluster_group& cl, SelectShared<kT
     // the count above it stays exact, and most tokens leave after one subtract, multiply and
     // compare instead of a shared atomic on a crowded bin.
     const float s_floor = s_below_bin(floor_bin);
-    cluster_histogram<false>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
+    cluster_histogram<false, true, false, kPush>(cl, sh, phase, n, [&](int i, uint32_t& d, unsigned long long&) {
       if (s_of(i) < s_floor) return false;
       float s;
       uint32_t key;

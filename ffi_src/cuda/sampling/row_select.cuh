@@ -100,7 +100,10 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
   struct NoPush {};
   __shared__ std::conditional_t<kPushed, MaxPushSmem, NoPush> mx;
   int ex = 0;  // cluster_max_pushed's exchanges so far
-  if constexpr (kPushed) cluster_reduce_init(mx, cl.num_blocks());
+  if constexpr (kPushed) {
+    if (threadIdx.x == 0) init_hist_push();  // ordered before the peers' pushes by the init below
+    cluster_reduce_init(mx, cl.num_blocks());
+  }
 
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     if constexpr (kMode == kSample) {
@@ -388,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         // no skip test passes; in a +inf row the +inf tokens give +inf and the rest have s = -inf
         // (bin 0) anyway, so skipping on this s is exact there too.
         auto s_of = [&](int i) { return (logit(i) - m) * q.inv_t; };
-        g = gather_candidates<kMode == kSample>(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand,
+        g = gather_candidates<kMode == kSample, kPushed>(cl, sh, phase, n, c0, static_cast<uint32_t>(a.cols - 1), cand,
                                                 a.gather_cap, q, floor_bin, token, token4, s_of);
       }
       if (g.fits) {

@@ -261,12 +261,52 @@ __device__ int cluster_argmax(const cg::cluster_group& cl, SelectShared<kThreads
   return bi;
 }
 
+// The pushed histogram exchange (cluster_histogram's kPush): each CTA's counts land in every
+// peer's receive buffer by st.async on the peer's mbarrier, copy `count & 1`, so a CTA waits for
+// its peers' bytes instead of meeting them at a cluster barrier, and sums its own shared memory
+// instead of reading 16 peers'. The receive buffer is the CTA's sh.warp_mass (exactly its 32 KiB
+// at 512 threads; static shared memory has no room for another): the weighed histograms use it
+// only before their cluster barrier, and a peer pushes the next counts only after it received
+// this CTA's previous exchange, which this CTA sends after all of its earlier work. Only the
+// kernels that push allocate the mbarriers (hist_push_smem's function-scope storage); they init
+// them with init_hist_push before the cluster barrier that orders an init before any peer's push.
+struct HistPushSmem {
+  unsigned long long arrived[2];
+  unsigned count;  // the CTA's pushed exchanges so far
+};
+__device__ __forceinline__ HistPushSmem& hist_push_smem() {
+  __shared__ HistPushSmem s;
+  return s;
+}
+template <int kThreads>
+__device__ __forceinline__ uint32_t* hist_push_buffer(SelectShared<kThreads>& sh, int copy) {
+  static_assert(sizeof(sh.warp_mass) >= 2 * kMaxCluster * kBins * sizeof(uint32_t), "room for two copies");
+  return reinterpret_cast<uint32_t*>(&sh.warp_mass[0][0]) + copy * kMaxCluster * kBins;
+}
+// Thread 0, before the cluster barrier's fence (cluster_reduce_init's).
+__device__ __forceinline__ void init_hist_push() {
+  HistPushSmem& hp = hist_push_smem();
+  for (int b = 0; b < 2; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&hp.arrived[b])));
+  hp.count = 0;
+}
+// Two words into the same place of cluster CTA `rank`'s shared memory, counted on its mbarrier.
+__device__ __forceinline__ void push_async2(uint32_t w0, uint32_t w1, const void* slot, unsigned long long* bar,
+                                            unsigned rank) {
+  unsigned remote_slot, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(smem_addr(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(smem_addr(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(remote_slot),
+               "r"(w0), "r"(w1), "r"(remote_bar)
+               : "memory");
+}
+
 // Histograms the elements i < n for which visit(i, digit, mass) is true, and leaves the
 // cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread. Without kCounts (a weighed
 // histogram whose caller needs no counts) the counts are all 0: one shared atomic less a token.
 // kGroups: visit(g, digit[4], mass[4]) takes tokens 4g .. 4g + 3 at once (one vector load, four
 // independent chains), every one of them in (those past n are not added).
-template <bool kMass, bool kCounts = true, bool kGroups = false, int kThreads, class Visit>
+// kPush (counts only): the exchange by st.async (HistPushSmem), in the kernels that init it.
+template <bool kMass, bool kCounts = true, bool kGroups = false, bool kPush = false, int kThreads, class Visit>
 __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThreads>& sh, int& phase, int n,
                                   Visit visit) {
   constexpr int kWarps = kThreads / 32;
@@ -280,6 +320,9 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
     }
   }
   __syncthreads();
+  static_assert(!kPush || (kCounts && !kMass), "pushed histograms carry counts only");
+  unsigned hx = 0;  // kPush: the exchange's number, read by all before thread 0 moves it
+  if constexpr (kPush) hx = hist_push_smem().count;
   // A 64-bit shared atomic add is a CAS loop. While a warp's sums fit, masses go into its slot as
   // two 32-bit halves by native atomics: q = hi * 2^19 + lo with both halves <= 2^19, and a warp
   // adds at most n / kWarps + 128 tokens to a bin, so each half's sum stays below 2^32 while that
@@ -344,6 +387,33 @@ __device__ void cluster_histogram(const cg::cluster_group& cl, SelectShared<kThr
       }
       sh.mass[b][i] = m;
     }
+  }
+  if constexpr (kPush) {
+    HistPushSmem& hp = hist_push_smem();
+    const unsigned peers = cl.num_blocks(), rank = cl.block_rank();
+    const int copy = hx & 1;
+    uint32_t* recv = hist_push_buffer(sh, copy);  // [kMaxCluster][kBins]
+    __syncthreads();  // the CTA's counts complete
+    if (threadIdx.x == 0) {
+      hp.count = hx + 1;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(&hp.arrived[copy])),
+                   "r"(peers * kBins * 4u)
+                   : "memory");
+    }
+    for (unsigned i = threadIdx.x; i < peers * (kBins / 2); i += kThreads) {
+      const unsigned r = i / (kBins / 2), q = i % (kBins / 2);
+      push_async2(sh.cnt[b][2 * q], sh.cnt[b][2 * q + 1], recv + rank * kBins + 2 * q, &hp.arrived[copy], r);
+    }
+    // A copy is rewritten two exchanges later: by then every thread here has summed it (each
+    // exchange starts with a CTA barrier, and a peer pushes the next one only after this CTA's).
+    wait_phase<true>(&hp.arrived[copy], (hx >> 1) & 1);
+    for (int bin = threadIdx.x; bin < kBins; bin += kThreads) {
+      unsigned long long ct = 0;
+      for (unsigned r = 0; r < peers; ++r) ct += recv[r * kBins + bin];
+      sh.bin_cnt[bin] = ct;
+    }
+    __syncthreads();
+    return;
   }
   cl.sync();
   const unsigned peers = cl.num_blocks();
