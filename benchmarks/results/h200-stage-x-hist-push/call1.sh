@@ -1,5 +1,5 @@
 # Same-call A/B on the H200: main's ffi_src (base, .scratch/base) against main with
-# ../next-ln-stage-x/ln-stage-x.patch and ../next-hist-push/hist-push.patch applied (new; the two
+# ln-stage-x.patch (as fixed here) and the hist-push patch (landed as e473b36) applied (new; the two
 # touch different kernels: LayerNorm's backward tiles and the general sampler's gather). Two builds,
 # then base1 new1 base2 new2, each timing the norms' forward+backward (bf16 65536-262144, fp16
 # 262144) and the sampler at batch 1 and 8 (128256, float32 and bfloat16, top-k and top-k with

@@ -1,6 +1,7 @@
+# NOTE: this call hung at its bare `wait` (it also waits on the exec's tee process substitution) until the 600 s limit; use `wait $pid`.
 # main with the gather's histogram exchanged by st.async (hist-push): the sampling quick benchmark;
 # then the same tree with trace-on-hist-push.patch (the 2026-11-29 clock trace rebased onto it)
-# rebuilt and traced at batch 1 and 8 (../next-trace-general/trace.sh); FlashInfer 0.6.13's
+# rebuilt and traced at batch 1 and 8 (trace.sh); FlashInfer 0.6.13's
 # anchor (benchmarks/anchors/flashinfer_sampling.cu, headers carried in .scratch/fi/include,
 # built beside the project) by CUDA events and by Nsight Compute, on this H200 for the first time.
 #   COMMIT=<hash> bash benchmarks/results/h200-stage-x-hist-push/call2.sh      (carry .scratch)
@@ -14,7 +15,7 @@ timeout 90 python3 benchmarks/bench_sampling.py --out $W/sampling --quick > $W/s
 echo "sampling rc=$? $SECONDS s"
 grep -E 'ceiling|checks|top_k=50 |top_p=0.9 |top_k=50,top_p|top_k op|min_p|no filter' $W/sampling/bench.log | head -40
 patch -p1 < benchmarks/results/h200-stage-x-hist-push/trace-on-hist-push.patch && echo "trace patch applied"
-bash benchmarks/results/next-trace-general/trace.sh; echo "trace done $SECONDS s"
+bash benchmarks/results/h200-stage-x-hist-push/trace.sh; echo "trace done $SECONDS s"
 wait; tail -3 $W/fis_build.log
 if [ -x $W/fis ]; then
   timeout 90 $W/fis > $OUT/flashinfer-events.log 2>&1; echo "fis rc=$? $SECONDS s"

@@ -1,4 +1,4 @@
-# Prepared, not run: the general sampler's batch-1 chain, step by step (trace-points.patch applied
+# Ran in call2.sh (2026-11-29, on the hist-push tree with trace-on-hist-push.patch): the general sampler's batch-1 chain, step by step (trace-points.patch applied
 # on a scratch branch and committed; never merge it). Thread 0's clock64 at the row's steps,
 # printed by CTAs 0 and 1 of each row's cluster for launches of at most 8 rows; calls 2-3 of each
 # setting are the warm ones. From the repository root: COMMIT=<hash> bash .../trace.sh
