@@ -156,20 +156,36 @@ __device__ __forceinline__ void wait_phase(unsigned long long* bar, unsigned pha
   }
 }
 
+// The addresses in cluster CTA `rank`'s shared memory of a local slot and a local mbarrier.
+__device__ __forceinline__ void map_to_rank(const void* slot, const void* bar, unsigned rank, unsigned& remote_slot,
+                                            unsigned& remote_bar) {
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(smem_addr(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(smem_addr(bar)), "r"(rank));
+}
+
 // Push v into slot `slot` of CTA `rank`'s shared memory by st.async, its bytes counted on that
 // CTA's mbarrier `bar` (both local addresses).
 template <class S>
 __device__ __forceinline__ void push_async(const S& v, const S* slot, unsigned long long* bar, unsigned rank) {
   static_assert(sizeof(S) % 4 == 0, "statistics of 32-bit words");
   unsigned remote_slot, remote_bar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(smem_addr(slot)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(smem_addr(bar)), "r"(rank));
+  map_to_rank(slot, bar, rank, remote_slot, remote_bar);
   const unsigned* w = reinterpret_cast<const unsigned*>(&v);
 #pragma unroll
   for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i)
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote_slot + 4 * i),
                  "r"(w[i]), "r"(remote_bar)
                  : "memory");
+}
+
+// Two words into the same place by one 8-byte st.async (slot 8-byte aligned), as push_async.
+__device__ __forceinline__ void push_async2(uint32_t w0, uint32_t w1, const void* slot, unsigned long long* bar,
+                                            unsigned rank) {
+  unsigned remote_slot, remote_bar;
+  map_to_rank(slot, bar, rank, remote_slot, remote_bar);
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(remote_slot),
+               "r"(w0), "r"(w1), "r"(remote_bar)
+               : "memory");
 }
 
 // The cluster step of row_allreduce: the same across the cluster's `ctas` CTAs, through

@@ -289,17 +289,6 @@ __device__ __forceinline__ void init_hist_push() {
   for (int b = 0; b < 2; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&hp.arrived[b])));
   hp.count = 0;
 }
-// Two words into the same place of cluster CTA `rank`'s shared memory, counted on its mbarrier.
-__device__ __forceinline__ void push_async2(uint32_t w0, uint32_t w1, const void* slot, unsigned long long* bar,
-                                            unsigned rank) {
-  unsigned remote_slot, remote_bar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(smem_addr(slot)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(smem_addr(bar)), "r"(rank));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(remote_slot),
-               "r"(w0), "r"(w1), "r"(remote_bar)
-               : "memory");
-}
-
 // Histograms the elements i < n for which visit(i, digit, mass) is true, and leaves the
 // cluster's totals in sh.bin_cnt (and sh.bin_mass) for every thread. Without kCounts (a weighed
 // histogram whose caller needs no counts) the counts are all 0: one shared atomic less a token.
