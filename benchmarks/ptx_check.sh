@@ -6,6 +6,10 @@
 # build on the GPU machine. Registers and spills need the full compile (ptxas -v), unit by unit.
 #   bash benchmarks/ptx_check.sh [TREE]        (TREE: a source tree, default .)
 # PYTHON: an interpreter with jax installed (for XLA FFI's headers), default python3.
+# PTX_OUT: a folder to keep each unit's PTX in; two runs' folders diff to show whether a change
+#   that should not alter code (a rename, a moved helper) left every kernel as it was. Run both at
+#   the same path (the change stashed, then not): the same source compiled from another folder
+#   gave linear_attention's PTX another schedule (nvcc 13.0).
 set -u
 TREE=$(cd "${1:-.}" && pwd)
 INC=$(${PYTHON:-python3} -c "import jax.ffi as f; print(f.include_dir())") || exit 1
@@ -22,4 +26,5 @@ xargs -P "$(nproc)" -I{} sh -c 'nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-c
   -ptx {} -o '"$W"'/$(basename {}).ptx > '"$W"'/$(basename {}).log 2>&1 || echo "FAILED {}"' < "$W/list"
 n=$(wc -l < "$W/list"); e=$(cat "$W"/*.log | grep -c ' error')
 echo "units: $n, errors: $e"; [ "$e" -eq 0 ] || grep -h ' error' "$W"/*.log | sort | uniq | head -20
+[ -z "${PTX_OUT:-}" ] || { mkdir -p "$PTX_OUT" && cp "$W"/*.ptx "$PTX_OUT"/; }
 rm -rf "$W"; [ "$e" -eq 0 ]

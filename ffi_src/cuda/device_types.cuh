@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/smem_addr.cuh"
+
 namespace jaxnorm {
 
 struct CudaTypes {
@@ -148,17 +150,6 @@ __device__ __forceinline__ Pack<T, N> load_raw_nc(const T* p) {
   return pk;
 }
 
-// 16 bytes from global memory (p aligned to 16) into shared memory (s aligned to 16) without a
-// register, in flight until cp_async_wait_all: a CTA can have its whole chunk in flight at once.
-__device__ __forceinline__ void cp_async16(void* s, const void* p) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(s));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(p) : "memory");
-}
-// Waits for this thread's cp_async16 copies (visible to it; to the CTA after a barrier).
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-}
-
 // The same as floats.
 template <class T, int N>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {
@@ -283,16 +274,17 @@ __device__ __forceinline__ void prefetch_l2_rows(const T* base, int64_t row0, in
 
 // 16 bytes copied global -> shared without passing through registers (Ampere+): loads stay in
 // flight while the thread works on earlier data. `bytes` < 16 zero-fills the rest (0: all zeros,
-// nothing read).
+// nothing read). The memory clobbers keep the compiler from moving this thread's own shared-memory
+// accesses across the copy or the wait: a thread may read what it copied with no barrier between.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int bytes = 16) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(bytes)
+               : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace jaxnorm

@@ -14,24 +14,22 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace jaxnorm {
+#include "cuda/smem_addr.cuh"
 
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+namespace jaxnorm {
 
 // Four 8x8 matrices; lane i gives the address of row i % 8 of matrix i / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row)));
+               : "r"(smem_addr(row)));
 }
 
 // The same, each matrix transposed.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row)));
+               : "r"(smem_addr(row)));
 }
 
 // Two 8x8 matrices, each transposed; lanes 0-15 give the row addresses (lane i: row i % 8 of
@@ -39,7 +37,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_address(row)));
+               : "r"(smem_addr(row)));
 }
 
 // The transpose of an 8x8 matrix held in registers (a C fragment's rows become a B fragment's).

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda/device_facts.h"
+#include "cuda/smem_addr.cuh"
 
 namespace jaxnorm {
 
@@ -93,10 +94,6 @@ struct RowReduceSmem {
   S warp[2][kWarps > 0 ? kWarps : 1];
   S cta[2][kMaxCluster];  // cta[parity][r]: the value of cluster CTA r
 };
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // Before the first row_allreduce of a cluster kernel: the mbarriers expect one arrival from each
 // CTA of the cluster (st.async: this CTA's expect_tx alone) and must be initialized before any

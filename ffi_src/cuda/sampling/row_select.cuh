@@ -185,8 +185,9 @@ __global__ void __launch_bounds__(kThreads, kThreads == kThreadsFew ? 1 : kStrea
         if (async_copy) {
           // The whole chunk in flight at once, no register held: the register copy below keeps U
           // packs a thread in flight, so a 64 KB chunk of 256 threads waits out 4 DRAM latencies.
-          for (int pk = threadIdx.x; pk < npk; pk += kThreads) cp_async16(smem_chunk + pk * N, grow + pk * N);
-          cp_async_wait_all();
+          for (int pk = threadIdx.x; pk < npk; pk += kThreads) cp_async_16(smem_chunk + pk * N, grow + pk * N);
+          cp_async_commit();
+          cp_async_wait<0>();
           for (int pk = threadIdx.x; pk < npk; pk += kThreads) {
             const Pack<T, N> v = *reinterpret_cast<const Pack<T, N>*>(smem_chunk + pk * N);
 #pragma unroll
