@@ -27,6 +27,7 @@ install() {  # the editable install points at the tree built last
   echo "build $2: $((SECONDS - t0)) s"
 }
 install /tmp/base base && install "$here" new
+bash benchmarks/build_profile.sh
 for i in 1 2; do
   for tree in base new; do
     [ $SECONDS -gt ${LIMIT:-480} ] && { echo "skip $tree$i"; continue; }

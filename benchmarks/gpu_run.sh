@@ -21,6 +21,7 @@ if stage build; then
   JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>&1
   rc=$?
   echo "build rc=$rc $(elapsed)" | tee -a "$summary"
+  bash benchmarks/build_profile.sh | tee -a "$summary"
   [[ $rc -eq 0 ]] || { tail -40 "$OUT/build.log"; exit 1; }
   python3 -c "import jaxnorm._ffi as f; print('cuda built:', f.cuda_built(), f.cuda_device_summary())" 2>&1 | tee -a "$summary"
 fi
