@@ -25,6 +25,21 @@ def as_array(x, fn: str, name: str):
     return x
 
 
+def int32_clamped(x, lo: int, hi: int):
+    """Integer array x as int32, clamped to [lo, hi] where the cast alone would change a value: in
+    x's own dtype, with the bounds limited to its range (so a narrow dtype's bound cannot wrap), and
+    by numpy for a numpy array (jnp narrows a numpy int64 to int32 by wrapping when x64 is off). An
+    int32 x comes back unclamped: its values need no cast, and the callers' kernels or checks bound
+    them."""
+    if np.dtype(x.dtype) == np.int32:
+        return jnp.asarray(x)
+    info = np.iinfo(x.dtype)
+    lo, hi = max(lo, int(info.min)), min(hi, int(info.max))
+    if isinstance(x, (np.ndarray, np.generic)):
+        return jnp.asarray(np.clip(x, lo, hi).astype(np.int32))
+    return jnp.clip(x, lo, hi).astype(jnp.int32)
+
+
 def check_input_dtype(x, fn: str, name: str = "x"):
     dt = np.dtype(x.dtype)
     if dt not in SUPPORTED:

@@ -119,7 +119,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, sc
         raise TypeError(f"{fn}: `scale` must be a Python float, got {type(scale).__name__}")
     params = dict(scale=float(scale), splits=decode_splits(batch, kv_heads, max_len),
                   blhd=layout == "BLHD")
-    lengths = lengths.astype(jnp.int32)
+    lengths = _checks.int32_clamped(lengths, -1, max_len + 1)  # out of range stays out of range
     if batch == 0 or q_heads == 0:
         out = jnp.zeros(q.shape, q.dtype)
         return (out, k_cache, v_cache) if append else out

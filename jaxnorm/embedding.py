@@ -57,7 +57,8 @@ def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
       table: ``[vocab, d]`` float32, bfloat16 or float16, ``d`` even.
       position: a Python int (every token at that position, e.g. one decoding step), or an integer
         array broadcastable to ``ids.shape`` (per-token positions, e.g. ``[batch, 1]`` per
-        sequence, or ``[seq]`` for a prompt).
+        sequence, or ``[seq]`` for a prompt). Positions are int32: an array of a wider type is
+        clamped to the int32 range (a Python int outside it raises).
       scale: a Python float multiplying the table rows; default ``sqrt(d)``.
       pos_table: optional ``[max_pos, d]`` of the table's dtype: added at the (clamped) positions
         instead of the computed sinusoidal encoding.
@@ -96,9 +97,10 @@ def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
     n = math.prod(ids.shape)
     if n == 0 or d == 0:
         return jnp.zeros((*ids.shape, d), table.dtype)
-    ids32 = _int32(ids.reshape(n), 0, vocab - 1)
-    pos32 = jnp.broadcast_to(position, ids.shape).reshape(n)
-    pos32 = _int32(pos32, 0, max_pos - 1) if max_pos else _int32(pos32, _INT32_MIN, _INT32_MAX)
+    ids32 = _checks.int32_clamped(ids, 0, vocab - 1).reshape(n)
+    pos32 = _checks.int32_clamped(position, 0, max_pos - 1) if max_pos else \
+        _checks.int32_clamped(position, _INT32_MIN, _INT32_MAX)
+    pos32 = jnp.broadcast_to(pos32, ids.shape).reshape(n)
     ids32, pos32, table, pos_table = vary_together(ids32, pos32, table, pos_table)
     pt = empty_placeholder(table.dtype) if pos_table is None else pos_table
     out = _embed(ids32, pos32, table, pt, (scale, vocab, max_pos))
@@ -237,12 +239,3 @@ def _position(position, shape, fn):
         raise ValueError(f"{fn}: `position` of shape {tuple(position.shape)} does not broadcast to the ids' "
                          f"shape {tuple(shape)}")
     return position
-
-
-def _int32(x, lo, hi):
-    """x as int32, clamped to [lo, hi] in its own dtype first when that is wider (or unsigned)."""
-    if x.dtype == jnp.int32:
-        return x
-    info = jnp.iinfo(x.dtype)
-    lo, hi = max(lo, info.min), min(hi, info.max)
-    return jnp.clip(x, lo, hi).astype(jnp.int32)

@@ -169,6 +169,16 @@ def _feature_map(x, feature_map):
     return x
 
 
+def _mapped(fn, q, k, feature_map):
+    """phi(q), phi(k): a callable may change the width (a random-features map, d_k -> m), not the
+    leading axes; the kernels and the state take phi's width as d_k."""
+    qm, km = _feature_map(q, feature_map), _feature_map(k, feature_map)
+    if qm.shape != km.shape or qm.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"{fn}: `feature_map` must map q and k {tuple(q.shape)} to arrays of one shape "
+                         f"{tuple(q.shape[:-1])} + (width,), got {tuple(qm.shape)} and {tuple(km.shape)}")
+    return qm, km
+
+
 def _check(fn, q, k, v, feature_map, eps, layout):
     q = _checks.as_array(q, fn, "q")
     k = _checks.as_array(k, fn, "k")
@@ -198,7 +208,8 @@ def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callabl
         d_k and d_v are each 32, 64, 128 or 256.
       feature_map: ``"elu+1"`` (``elu(x) + 1``, computed in float32), ``"identity"`` (q and k
         are already mapped) or a callable applied to q and k with jnp before the kernel (its
-        derivative comes from JAX).
+        derivative comes from JAX). A callable may change the last axis (random features,
+        ``[..., d_k] -> [..., m]``): then m is the d_k that the kernel and the state take.
       normalize: divide by ``phi(q_i) . z_i + eps``; without it the output is the numerator.
       eps: added to the normalizer (float32).
       return_state: also return the state after the last position, ``(S [batch, heads, d_k,
@@ -219,15 +230,15 @@ def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callabl
     if v.shape[:3] != q.shape[:3]:
         raise ValueError(f"{fn}: `v` must share q's batch, heads and len {tuple(q.shape[:3])}, "
                          f"got shape {tuple(v.shape)} ({layout})")
-    batch, heads, length, d_k = q.shape
+    qm, km = _mapped(fn, q, k, feature_map)
+    batch, heads, length, d_k = qm.shape
     d_v = v.shape[3]
-    for name, d in (("d_k", d_k), ("d_v", d_v)):
+    for name, d in (("d_k (feature_map's width)" if callable(feature_map) else "d_k", d_k), ("d_v", d_v)):
         if d not in HEAD_DIMS:
             raise ValueError(f"{fn}: {name} must be one of {HEAD_DIMS}, got {d} (shapes q {tuple(q.shape)}, "
-                             f"v {tuple(v.shape)})")
+                             f"phi(q) {tuple(qm.shape)}, v {tuple(v.shape)})")
     if length >= 2**31 - 1:
         raise ValueError(f"{fn}: len must be below 2^31 - 1, got {length}")
-    qm, km = _feature_map(q, feature_map), _feature_map(k, feature_map)
     if causal:
         if batch * heads * length == 0:
             out = jnp.zeros((batch, heads, length, d_v), q.dtype)
@@ -264,7 +275,8 @@ def linear_attention_step(q, k, v, state, *, feature_map: str | Callable = "elu+
 
     Args:
       q, k: ``[batch, heads, d_k]``; v: ``[batch, heads, d_v]``; one dtype.
-      state: ``(S [batch, heads, d_k, d_v], z [batch, heads, d_k])`` float32, as returned by
+      state: ``(S [batch, heads, d_k, d_v], z [batch, heads, d_k])`` float32 (d_k: feature_map's
+        width), as returned by
         ``linear_attention(..., return_state=True)`` or a previous step (zeros to start).
 
     Returns:
@@ -281,15 +293,14 @@ def linear_attention_step(q, k, v, state, *, feature_map: str | Callable = "elu+
         s, z = state
     except (TypeError, ValueError) as e:
         raise TypeError(f"{fn}: `state` must be a pair (S, z), got {type(state).__name__}") from e
-    batch, heads, d_k = q.shape
+    f32 = jnp.float32
+    qm, km = (x.astype(f32) for x in _mapped(fn, q, k, feature_map))
+    batch, heads, d_k = qm.shape
     d_v = v.shape[2]
     want = ((batch, heads, d_k, d_v), (batch, heads, d_k))
     if tuple(jnp.shape(s)) != want[0] or tuple(jnp.shape(z)) != want[1]:
         raise ValueError(f"{fn}: `state` must be (S {want[0]}, z {want[1]}), got "
                          f"({tuple(jnp.shape(s))}, {tuple(jnp.shape(z))})")
-    f32 = jnp.float32
-    qm = _feature_map(q, feature_map).astype(f32)
-    km = _feature_map(k, feature_map).astype(f32)
     s = s.astype(f32) + km[..., :, None] * v.astype(f32)[..., None, :]
     z = z.astype(f32) + km
     num = jnp.einsum("bhk,bhkv->bhv", qm, s, precision="highest")

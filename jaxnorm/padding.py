@@ -24,7 +24,7 @@ Nothing is written out of bounds. To make overflow an error, check it with ``che
         jaxnorm.check_capacity(offsets)                      # a checkify check
         ...
     err, y = jax.jit(checkify.checkify(layer))(x, lengths)
-    err.throw()                                              # ValueError naming the dropped tokens
+    err.throw()                                              # JaxRuntimeError naming the dropped tokens
 
 Lengths are clamped to ``[0, max_len]`` (a traced value cannot be rejected at trace time).
 
@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad, batching
 
+from jaxnorm import _checks
 from jaxnorm._ops import pad_offsets_p, pad_pack_p, pad_unpack_p
 from jaxnorm._primitive import NOT_MAPPED, empty_placeholder, map_batching
 
@@ -123,7 +124,7 @@ def padding_offsets(lengths, max_len: int, capacity: int) -> PaddingOffsets:
         raise ValueError(f"{fn}: at most {MAX_SEQUENCES} sequences, got batch {batch}")
     if batch * max_len >= _INT32_LIMIT or capacity >= _INT32_LIMIT:
         raise ValueError(f"{fn}: batch * max_len ({batch} * {max_len}) and capacity ({capacity}) must be below 2^31")
-    lengths = jnp.clip(lengths, 0, max_len).astype(jnp.int32)
+    lengths = jnp.clip(_checks.int32_clamped(lengths, 0, max_len), 0, max_len)
     source, position, starts, counts = pad_offsets_p.bind(lengths, max_len=max_len, capacity=capacity)
     return PaddingOffsets(source, position, starts, lengths, counts[0], counts[1])
 

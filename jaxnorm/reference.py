@@ -253,6 +253,9 @@ def padding_offsets(lengths, max_len, capacity):
     """Tokens packed sequence by sequence; those past ``capacity`` dropped (position -1)."""
     from jaxnorm.padding import PaddingOffsets
 
+    lengths = jnp.asarray(lengths)
+    if jnp.iinfo(lengths.dtype).bits < 32:  # widened first: max_len would wrap in a narrow dtype
+        lengths = lengths.astype(jnp.int32)
     lengths = jnp.clip(lengths, 0, max_len).astype(jnp.int32)
     batch = lengths.shape[0]
     ends = jnp.cumsum(lengths)

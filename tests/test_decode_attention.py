@@ -112,6 +112,20 @@ def test_invalid_lengths_give_nan_and_keep_the_cache(rng):
     assert np.isnan(o[[0, 3]]).all() and np.isfinite(o[[1, 2]]).all()
 
 
+def test_lengths_wider_than_int32_stay_out_of_range(rng):
+    # 2^32 + 3 must not wrap to 3: the row is out of range (NaN, cache kept), in any integer dtype.
+    # Numpy int64 also with x64 off, where jnp would narrow it to int32 by wrapping.
+    q, k, v, kn, vn = make(rng, 3, 4, 2, 16, 64, "float32")
+    for x64 in (True, False):
+        with jax.enable_x64(x64):
+            for lengths in (np.array([3, 2**32 + 3, -(2**40)], np.int64), jnp.array([3, 2**32 - 1, 2**31], jnp.uint32),
+                            jnp.array([3, 200, 255], jnp.uint8)):
+                out, k2, _ = jaxnorm.decode_attention(q, k, v, lengths, k_new=kn, v_new=vn)
+                o = np.asarray(out)
+                assert np.isfinite(o[0]).all() and np.isnan(o[1:]).all(), (lengths.dtype, x64)
+                np.testing.assert_array_equal(np.asarray(k2[1:]), np.asarray(k[1:]))
+
+
 def test_empty_sequence_gives_zeros_and_append_to_empty_gives_v_new(rng):
     q, k, v, kn, vn = make(rng, 2, 4, 2, 8, 64, "float32")
     lengths = jnp.zeros(2, jnp.int32)

@@ -122,6 +122,13 @@ def test_clamped_ids_and_positions(rng):
     got = jaxnorm.embed_with_position(big, table, position=0)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(
         jaxnorm.embed_with_position(jnp.array([9, 0, 3], jnp.int32), table, position=0)))
+    # numpy int64 ids and positions clamp before jnp could narrow them (x64 off: by wrapping)
+    for x64 in (True, False):
+        with jax.enable_x64(x64):
+            got = jaxnorm.embed_with_position(np.array([2**32 + 1, 2**40, 4], np.int64), table,
+                                              position=np.array([2**32 + 2, 1, 2**35], np.int64), pos_table=pos_table)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(jaxnorm.embed_with_position(
+                jnp.array([9, 9, 4], jnp.int32), table, position=jnp.array([3, 1, 3], jnp.int32), pos_table=pos_table)))
     # positions clamp into the pos_table
     pos = jnp.array([-3, 0, 3, 4, 99, 2], jnp.int32)
     got = jaxnorm.embed_with_position(ids, table, position=pos, pos_table=pos_table)

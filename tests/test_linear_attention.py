@@ -449,6 +449,34 @@ def test_step_from_zero_state_is_length_one_attention(feature_map, rng):
     check_state(state, k, v, feature_map)
 
 
+def _random_features(x):
+    """A map that doubles the width (d_k -> 2 d_k, positive), as random-feature maps change it."""
+    return jnp.concatenate([jax.nn.relu(x), jax.nn.relu(-x)], axis=-1) + 0.1
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_feature_map_that_changes_the_width(causal, rng):
+    q, k, v = make(rng, 2, 3, 70, 32, 64, "float32")
+    out, (s, z) = jax.jit(lambda q, k, v: jaxnorm.linear_attention(
+        q, k, v, causal=causal, feature_map=_random_features, return_state=True))(q, k, v)
+    want = reference.linear_attention(to64(q), to64(k), to64(v), causal=causal, feature_map=_random_features, eps=EPS)
+    assert out.shape == v.shape and s.shape == (2, 3, 64, 64) and z.shape == (2, 3, 64)
+    # phi > 0.1 everywhere, so |out| is bounded by max |v| and the sums are of like-signed terms.
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=2e-5, atol=2e-5)
+    # the state continues the sequence step by step with the same map
+    q1, k1, v1 = make(rng, 2, 3, 1, 32, 64, "float32")
+    step, _ = jaxnorm.linear_attention_step(q1[:, :, 0], k1[:, :, 0], v1[:, :, 0], (s, z), feature_map=_random_features)
+    if causal:
+        whole = reference.linear_attention(*(to64(jnp.concatenate([a, b], axis=2)) for a, b in ((q, q1), (k, k1), (v, v1))),
+                                           feature_map=_random_features, eps=EPS)
+        np.testing.assert_allclose(np.asarray(step), np.asarray(whole[:, :, -1]), rtol=2e-5, atol=2e-5)
+    # a width the kernels do not take, and a map that changes the leading axes, say so
+    with pytest.raises(ValueError, match=r"d_k \(feature_map's width\) must be one of"):
+        jaxnorm.linear_attention(q, k, v, causal=causal, feature_map=lambda x: jnp.concatenate([x, x[..., :1]], -1))
+    with pytest.raises(ValueError, match="`feature_map` must map q and k"):
+        jaxnorm.linear_attention(q, k, v, causal=causal, feature_map=lambda x: x[:, :, :1])
+
+
 # ----------------------------------------------------------------------------------------------
 # Determinism, lowering, edge cases
 

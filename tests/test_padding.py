@@ -76,6 +76,23 @@ def test_offsets_clamp_lengths():
     assert_offsets_equal(got, reference.padding_offsets(lengths, 4, 16))
 
 
+def test_offsets_lengths_of_other_integer_dtypes():
+    # max_len does not fit a narrow dtype, and wide values do not fit int32: each clamps to
+    # [0, max_len] as the value it is, never wrapped (int8 1000 would be -24; uint32 2^32 + 3, 3).
+    # Numpy int64 arrays also with x64 off, where jnp would narrow them to int32 by wrapping.
+    for x64 in (True, False):
+        with jax.enable_x64(x64):
+            cases = [(jnp.array([5, 7, -2], jnp.int8), 1000), (jnp.array([200, 250, 0], jnp.uint8), 300),
+                     (jnp.array([3, 5, 40000], jnp.uint16), 100000), (jnp.array([3, 2**31 + 5, 9], jnp.uint32), 50),
+                     (np.array([3, 2**32 + 3, -(2**40)], np.int64), 50), (np.array([3, 2**32 + 3, 7], np.uint64), 50)]
+            for lengths, max_len in cases:
+                want = np.clip(np.asarray(lengths).astype(np.float64), 0, max_len).astype(np.int32)
+                got = jaxnorm.padding_offsets(lengths, max_len, 4 * max_len)
+                np.testing.assert_array_equal(np.asarray(got.lengths), want, err_msg=f"{lengths.dtype} x64={x64}")
+                assert int(got.tokens) == want.sum() and int(got.dropped) == 0
+                assert_offsets_equal(got, reference.padding_offsets(jnp.asarray(want), max_len, 4 * max_len))
+
+
 def test_offsets_many_sequences(rng):
     # More sequences than one pass of the offsets kernel's scan (1024 threads).
     lengths = random_lengths(rng, 3000, 5)
