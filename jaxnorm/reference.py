@@ -170,11 +170,12 @@ def sampling_mask(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None
       top-k (1 <= k < vocab): v >= the k-th largest v;
       top-p (p < 1): the mass of strictly larger tokens within the top-k set, in
         softmax(s) renormalized over that set, is below p (the top value always stays);
-      min-p: s >= log(min_p).
+      min-p: s >= log(min_p), with min_p <= 0 (or NaN) off and min_p >= 1 as 1;
+    a temperature above 2^126 (inf included) acts as 2^126 (a -inf logit stays -inf, not NaN).
     """
     v, m = _sampling_values(with_bias(logits, bias, axis), axis)
     batch, vocab = v.shape[:-1], v.shape[-1]
-    t = _row_param(temperature, batch, 1.0).astype(v.dtype)
+    t = _temperature(temperature, batch, v.dtype)
     greedy = ~(t > 0) | ~(1 / t.astype(jnp.float32) < jnp.inf)
     s = jnp.where(greedy, 0.0, (v - m) / jnp.where(greedy, 1.0, t))
 
@@ -199,8 +200,13 @@ def sampling_mask(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None
     keep = keep & jnp.where(use_p, keep_p, True)
 
     mp = _row_param(min_p, batch, 0.0).astype(v.dtype)
-    keep = keep & jnp.where(greedy, True, s >= jnp.log(mp))
+    log_mp = jnp.where(mp > 0, jnp.log(jnp.minimum(mp, 1.0)), -jnp.inf)  # NaN compares false: off
+    keep = keep & jnp.where(greedy, True, s >= log_mp)
     return keep
+
+
+def _temperature(temperature, batch, dtype):
+    return jnp.minimum(_row_param(temperature, batch, 1.0).astype(dtype), 2.0**126)  # NaN stays NaN: greedy
 
 
 def sampling_probs(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, axis=-1, bias=None):
@@ -211,7 +217,7 @@ def sampling_probs(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=Non
     logits = with_bias(logits, bias, axis)
     v, m = _sampling_values(logits, axis)
     keep = sampling_mask(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, axis=axis)
-    t = _row_param(temperature, v.shape[:-1], 1.0).astype(v.dtype)
+    t = _temperature(temperature, v.shape[:-1], v.dtype)
     greedy = ~(t > 0) | ~(1 / t.astype(jnp.float32) < jnp.inf)
     w = jnp.where(keep, jnp.exp((v - m) / jnp.where(greedy, 1.0, t)), 0.0)
     probs = w / jnp.sum(w, axis=-1, keepdims=True)

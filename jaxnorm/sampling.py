@@ -3,7 +3,8 @@
 The conventions (``jaxnorm.reference.sampling_mask`` is the written spec):
 
 - Logits are divided by ``temperature``; ``temperature=0`` (any value <= 0) is greedy: the argmax,
-  the lowest index on ties, and the filters are ignored.
+  the lowest index on ties, and the filters are ignored. A temperature above 2^126 (``inf``
+  included) acts as 2^126: uniform over the finite logits, to float32's resolution.
 - Filters apply in this order: **top-k, then top-p within the top-k set, then min-p**.
   - top-k keeps every token whose logit is >= the k-th largest (ties with it are all kept).
   - top-p keeps token i while the probability mass of the tokens with strictly larger logits
@@ -21,11 +22,13 @@ The conventions (``jaxnorm.reference.sampling_mask`` is the written spec):
   they are without ``finished``.
 - Per-row parameter arrays are not checked at trace time; their values are clamped: ``top_k``
   outside ``[1, vocab)`` is off, ``top_p >= 1`` (or NaN) is off, ``top_p <= 0`` keeps only the top
-  token(s), ``min_p <= 0`` is off, ``min_p >= 1`` keeps only the top token(s). Python scalars are
-  checked and out-of-range values raise.
+  token(s), ``min_p <= 0`` is off, ``min_p >= 1`` keeps only the top token(s); integer arrays wider
+  than int32 are clamped to its range first, never wrapped. Python scalars are checked and
+  out-of-range values raise (a ``top_k`` at or above the vocabulary is allowed: it keeps every
+  token).
 
 Randomness: drawn inside the kernel by a counter-based generator, Philox-4x32-10, keyed by the
-JAX key's data, with the token index or the draw round (and, for a single key shared by the batch,
+JAX key's data (a wider key's words, as rbg's four, mixed into Philox's two), with the token index or the draw round (and, for a single key shared by the batch,
 the row index) as its counter. Masses are exp(s), s = (logit - max) / temperature, in 2^-38 fixed
 point rounded to the nearest integer (a token below 2^-39 of the largest probability weighs 0 and
 is never drawn: at most vocab * 2^-39 of the mass, 2.3e-7 at 128256 tokens), summed exactly.
@@ -97,7 +100,8 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
       logits: float32, bfloat16 or float16, any leading shape; at most 2^25 (``MAX_VOCAB``) tokens on
         ``axis``.
       temperature: Python scalar >= 0, or an array with one value per row; 0 means greedy.
-      top_k: int in [0, vocab] (0 or None: off), or an int array with one value per row.
+      top_k: int >= 0 (0 or None: off; >= vocab keeps every token), or an int array with one value
+        per row.
       top_p: float in (0, 1] (None or 1: off), or an array with one value per row.
       min_p: float in [0, 1] (None or 0: off), or an array with one value per row.
       axis: the vocabulary axis.
@@ -228,6 +232,10 @@ def _logits_rows(logits, axis, fn):
     return x.reshape(math.prod(batch), x.shape[-1]), batch
 
 
+_KEY_WIDTHS = (2, 4)  # threefry's raw key data, rbg's and unsafe_rbg's
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
 def _key_rows(key, batch, fn):
     """The key data as (1, W) for one key or (rows, W) for one key per row, uint32."""
     if key is None or not hasattr(key, "dtype"):
@@ -245,6 +253,11 @@ def _key_rows(key, batch, fn):
             f"got dtype {key.dtype} with shape {tuple(key.shape)}"
         )
     width = data.shape[-1]
+    if width not in _KEY_WIDTHS and not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        raise ValueError(
+            f"{fn}: a raw uint32 `key` must hold {' or '.join(map(str, _KEY_WIDTHS))} words on its last axis "
+            f"(jax.random.PRNGKey's, or jax.random.key_data of an rbg key), got shape {tuple(key.shape)}"
+        )
     if kshape == ():
         return data.reshape(1, width).astype(jnp.uint32)
     if kshape == batch:
@@ -268,11 +281,15 @@ def _per_row(value, batch, fn, name, default, dtype, check):
         raise TypeError(f"{fn}: `{name}` must be a number or an array, got a bool")
     if isinstance(value, (int, float, np.integer, np.floating)):
         check(value, fn, name)
+        if dtype == jnp.int32:  # a checked int past int32 (top_k >= vocab) means what int32's largest does
+            value = min(max(int(value), _INT32_MIN), _INT32_MAX)
         return jnp.full((1,), value, dtype)
     value = _checks.as_array(value, fn, name)
     want = jnp.integer if dtype == jnp.int32 else jnp.floating
     if not jnp.issubdtype(value.dtype, want) and not (want is jnp.floating and jnp.issubdtype(value.dtype, jnp.integer)):
         raise TypeError(f"{fn}: `{name}` must be {'an integer' if want is jnp.integer else 'a float'} array, got {value.dtype}")
+    if dtype == jnp.int32:
+        return _grouped(_checks.int32_clamped(value, _INT32_MIN, _INT32_MAX), batch, fn, name)
     return _grouped(value.astype(dtype), batch, fn, name)
 
 

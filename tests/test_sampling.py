@@ -267,6 +267,65 @@ def test_raw_uint32_keys(rng):
     np.testing.assert_array_equal(np.asarray(jaxnorm.sample(raw, x)), np.asarray(jaxnorm.sample(typed, x)))
 
 
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_wide_keys_draw_by_their_data(impl, rng):
+    """rbg keys hold four words that repeat their halves ([a, b, a, b]): folded into Philox's two
+    words, every seed and every split must still draw its own tokens, at the exact distribution."""
+    x = jnp.zeros((1000,), F32)
+    seeds = [int(jaxnorm.sample(jax.random.key(s, impl=impl), x)) for s in range(8)]
+    assert len(set(seeds)) >= 6, seeds
+    keys = jax.random.split(jax.random.key(int(rng.integers(1 << 30)), impl=impl), 4000)
+    row = logits_of(rng, (12,), F32, scale=1.5)
+    for kw in (dict(), dict(top_k=6)):
+        tokens = jax.vmap(lambda k: jaxnorm.sample(k, row, **kw))(keys)
+        assert_distribution(tokens, np.asarray(reference.sampling_probs(row, **kw), np.float64))
+    # the raw data of such a key draws what the typed key draws
+    raw = jax.random.key_data(keys[:8])
+    np.testing.assert_array_equal(np.asarray(jaxnorm.sample(raw, jnp.broadcast_to(row, (8, 12)))),
+                                  np.asarray(jaxnorm.sample(keys[:8], jnp.broadcast_to(row, (8, 12)))))
+
+
+def test_infinite_temperature_is_uniform_over_finite_logits(rng):
+    """inf acts as 2^126: -inf and NaN logits stay out (inf * 0 would make them NaN), with top-p
+    and min-p too."""
+    x = jnp.array([1.0, 2.0, 0.5, 3.0, -jnp.inf, jnp.nan, 0.0], F32)
+    keys = jax.random.split(jax.random.key(int(rng.integers(1 << 30))), 8000)
+    for kw in (dict(), dict(top_p=0.5), dict(top_p=0.5, min_p=0.1), dict(top_k=3), dict(min_p=0.5)):
+        for t in (float("inf"), jnp.array(jnp.inf)):
+            probs = np.asarray(reference.sampling_probs(x, temperature=t, **kw), np.float64)
+            assert np.isfinite(probs).all() and probs[4] == probs[5] == 0, (kw, probs)
+            tokens = jax.vmap(lambda k: jaxnorm.sample(k, x, temperature=t, **kw))(keys)
+            assert_distribution(tokens, probs)
+    # the 5 finite tokens weigh the same, so top-p 0.5 keeps the top 3 (0, 0.2, 0.4 of the mass above
+    # them) and min-p 0.5 all 5
+    np.testing.assert_allclose(np.asarray(reference.sampling_probs(x, temperature=jnp.inf, top_p=0.5)),
+                               [1 / 3, 1 / 3, 0, 1 / 3, 0, 0, 0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(reference.sampling_probs(x, temperature=jnp.inf, min_p=0.5)),
+                               [0.2, 0.2, 0.2, 0.2, 0, 0, 0.2], rtol=1e-6)
+
+
+def test_huge_top_k_is_off_not_wrapped(rng):
+    x = logits_of(rng, (3, 20), F32)
+    off = np.asarray(jaxnorm.filter_logits(x))
+    for k in (20, 99, 2**31, 2**32 + 1, np.int64(2**40)):
+        assert same_filtered(jaxnorm.filter_logits(x, top_k=k), off)
+    for k in (np.array([2**32 + 2, 25, -(2**33)], np.int64), jnp.array([2**32 + 2, 25, 0], jnp.int64)):
+        assert same_filtered(jaxnorm.filter_logits(x, top_k=k), off)
+    with jax.enable_x64(False):  # numpy int64 clamped, not narrowed to int32 by wrapping
+        assert same_filtered(jaxnorm.filter_logits(x, top_k=np.array([2**32 + 2, 2**32 + 1, 25], np.int64)), off)
+    want = np.asarray(jaxnorm.filter_logits(x, top_k=np.array([2, 0, 5], np.int32)))
+    assert same_filtered(jaxnorm.filter_logits(x, top_k=np.array([2, 2**32, 5], np.int64)), want)
+
+
+def test_reference_clamps_per_row_min_p_as_documented(rng):
+    """min_p <= 0 or NaN is off, min_p >= 1 keeps the top token(s): the spec and the kernels agree."""
+    x = logits_of(rng, (5, 9), F32).at[4, 3].set(10.0).at[4, 6].set(10.0)
+    mp = jnp.array([-0.5, jnp.nan, 2.0, 1.0, 3.0])
+    got = np.asarray(jaxnorm.filter_logits(x, min_p=mp))
+    assert same_filtered(got, reference.filter_logits(x, min_p=mp))
+    assert np.isfinite(got[:2]).all() and np.isfinite(got[2:]).sum(axis=1).tolist() == [1, 1, 2]
+
+
 def test_vmap_single_key_matches_loop(rng):
     xs = logits_of(rng, (3, 4, 60), F32)
     key = jax.random.key(2)
@@ -953,6 +1012,9 @@ def test_bad_keys_and_logits():
         jaxnorm.sample(jnp.ones((2,), jnp.float32), x)
     with pytest.raises(ValueError, match="one key per row"):
         jaxnorm.sample(jax.random.split(jax.random.key(0), 3), x)
+    for width in (0, 1, 3, 5):  # raw keys hold PRNGKey's 2 words or rbg's 4
+        with pytest.raises(ValueError, match=r"raw uint32 `key` must hold 2 or 4 words.*\(" + str(width)):
+            jaxnorm.sample(jnp.zeros((width,), jnp.uint32), x)
     with pytest.raises(TypeError, match="logits"):
         jaxnorm.sample(jax.random.key(0), jnp.ones((4, 10), jnp.int32))
     with pytest.raises(ValueError, match="empty vocabulary"):

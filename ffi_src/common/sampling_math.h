@@ -120,6 +120,13 @@ JN_HD bool forced_token(int64_t r, int64_t rows, const bool* finished, int64_t n
   return true;
 }
 
+// A bijection of 32-bit words (odd multiply, then rotate): fold_mix(a) ^ a is 0 for two words a
+// of 2^32 (0 and 0xF419FD61, counted), where a plain xor fold of a repeated word always is.
+JN_HD uint32_t fold_mix(uint32_t x) {
+  x *= 0x9E3779B9u;
+  return (x << 16) | (x >> 16);
+}
+
 // One row's sampling parameters, decoded from the grouped operands. Out-of-range values are
 // clamped as documented in jaxnorm/sampling.py: temperature <= 0 (or NaN) is greedy, top_k outside
 // [1, V) and top_p >= 1 (or NaN) are off, top_p <= 0 keeps only the top value.
@@ -141,7 +148,8 @@ JN_HD RowParams row_params(int64_t r, int64_t rows, int64_t cols, const float* t
   RowParams q;
   const float t = temps ? temps[group_of(r, rows, n_temps)] : 1.0f;
   q.greedy = !(t > 0.0f) || !(1.0f / t < INFINITY);  // a subnormal temperature is greedy too
-  q.inv_t = q.greedy ? 1.0f : 1.0f / t;
+  // Past 2^126 (inf included) a temperature acts as 2^126: (v - max) * 0 would make -inf NaN.
+  q.inv_t = q.greedy ? 1.0f : fmaxf(1.0f / t, 0x1p-126f);
   q.k = top_k ? top_k[group_of(r, rows, n_k)] : 0;
   q.use_k = !q.greedy && q.k >= 1 && q.k < cols;
   const float p = top_p ? top_p[group_of(r, rows, n_p)] : 1.0f;
@@ -154,8 +162,11 @@ JN_HD RowParams row_params(int64_t r, int64_t rows, int64_t cols, const float* t
   if (keys) {
     const int64_t g = group_of(r, rows, n_keys);
     const uint32_t* w = keys + g * key_width;
-    for (int64_t i = 0; i < key_width; ++i) {  // wider keys (rbg) folded into Philox's 64 bits
-      if (i % 2 == 0) q.key0 ^= w[i]; else q.key1 ^= w[i];
+    // A wider key (rbg's four words) folded into Philox's two: words past the second are mixed in,
+    // since rbg's key data repeats its halves ([a, b, a, b]), which a plain xor cancels to 0.
+    for (int64_t i = 0; i < key_width; ++i) {
+      uint32_t& k = i % 2 == 0 ? q.key0 : q.key1;
+      k = (i < 2 ? k : fold_mix(k)) ^ w[i];
     }
     q.row_in_key = static_cast<uint32_t>(row_in_group(r, rows, n_keys));
   }
