@@ -40,6 +40,23 @@ def int32_clamped(x, lo: int, hi: int):
     return jnp.clip(x, lo, hi).astype(jnp.int32)
 
 
+def static_float(value, fn: str, name: str) -> float:
+    """A Python number given for a static float argument (not a string, a bool or a traced value)."""
+    if isinstance(value, (str, bytes, bool, np.bool_)) or not hasattr(value, "__float__"):
+        raise TypeError(f"{fn}: `{name}` must be a Python float, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except Exception as e:  # a traced value (ConcretizationTypeError), an array of several values
+        raise TypeError(f"{fn}: `{name}` must be a Python float, got {type(value).__name__}") from e
+
+
+def static_bool(value, fn: str, name: str) -> bool:
+    """A Python bool flag: a string such as "no" would otherwise read as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fn}: `{name}` must be a Python bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def check_input_dtype(x, fn: str, name: str = "x"):
     dt = np.dtype(x.dtype)
     if dt not in SUPPORTED:
@@ -94,13 +111,22 @@ def check_residual(residual, residual_dtype, x, fn: str):
     return residual, h_dtype
 
 
+def _is_int(a) -> bool:
+    return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+
+
 def canonical_axes(ndim: int, axis, fn: str, name: str = "axis") -> tuple[int, ...]:
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if _is_int(axis):
+        axes = (axis,)
+    elif isinstance(axis, (tuple, list)):
+        axes = tuple(axis)
+    else:
+        raise TypeError(f"{fn}: `{name}` must be an int or a tuple of ints, got {axis!r}")
     if not axes:
         raise ValueError(f"{fn}: `{name}` must name at least one axis, got {axis!r}")
     out = []
     for a in axes:
-        if not isinstance(a, (int, np.integer)):
+        if not _is_int(a):
             raise TypeError(f"{fn}: `{name}` entries must be ints, got {axis!r}")
         if not -ndim <= a < ndim:
             raise ValueError(f"{fn}: {name} {a} is out of range for an array of rank {ndim}")

@@ -69,6 +69,8 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
         cotangent, a multiply that XLA removes when the cotangent is the constant 1 (the loss
         itself differentiated, as in ``jax.value_and_grad(loss_fn)`` with ``loss_fn`` returning
         it, or a sum with other terms). Otherwise the multiply is one more pass over dlogits.
+        float16 logits take the per-row losses' forward and backward instead: float16 cannot hold
+        dlogits pre-scaled by a mean's 1 / rows, nor a loss-scaled cotangent (2^16).
 
     Returns:
       The loss of each example, float32, of the labels' shape (float32 whatever the logits'
@@ -126,7 +128,13 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
     x, lab, mask = vary_together(x, lab, mask)
     params = dict(params, has_mask=mask is not None)
     if reduction is not None:
-        return _reduced(x, lab, mask, _weights(lab, reduction, params), tuple(sorted(params.items())))
+        weight = _weights(lab, reduction, params)
+        if x.dtype == jnp.float16:
+            # float16 holds neither dlogits pre-scaled by the mean's 1 / rows (they underflow) nor a
+            # loss-scaled cotangent (2^16 overflows it): the per-row losses, whose backward applies
+            # each row's float32 cotangent as it writes dlogits.
+            return jnp.sum(_core(x, lab, mask, params) * weight)
+        return _reduced(x, lab, mask, weight, tuple(sorted(params.items())))
     loss = _core(x, lab, mask, params)
     return loss.reshape(batch_shape)
 

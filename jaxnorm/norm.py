@@ -36,7 +36,9 @@ def layer_norm(x, scale=None, bias=None, *, axis=-1, epsilon=1e-6, memory_effici
       memory_efficient: apex's mode. The backward keeps the output ``y`` (which the next layer
         keeps anyway) instead of ``x`` and recovers ``x_hat = (y - bias) / scale``, with ``scale``
         clamped to magnitude >= ``epsilon``. Saves one activation per call; the gradients carry
-        the rounding of ``y`` in ``x``'s dtype, amplified where ``|scale|`` is small.
+        the rounding of ``y`` in ``x``'s dtype, amplified where ``|scale|`` is small. Where
+        ``scale`` is 0, ``y`` holds nothing of ``x``: that column's scale gradient is 0, so a scale
+        initialized to zeros never trains (use ``scale_offset`` or this mode off).
       residual: optional array of ``x``'s shape (the pre-norm transformer's residual stream).
         Then the function normalizes ``h = x + residual``, summed in float32 and stored in
         ``residual_dtype``, and returns ``(y, h)`` from one kernel that reads ``x`` and
@@ -98,34 +100,28 @@ def normalize(x, scale, bias, axis, epsilon, memory_efficient, *, centered, fn, 
     bias = _checks.check_param(bias, fn, "bias", norm_shape)
     scale = _offset_scale(scale, scale_offset, fn)
     residual, h_dtype = _checks.check_residual(residual, residual_dtype, x, fn)
-    eps = _static_float(epsilon, fn, "epsilon")
+    eps = _checks.static_float(epsilon, fn, "epsilon")
+    memory_efficient = _checks.static_bool(memory_efficient, fn, "memory_efficient")
     if not eps >= 0.0:
         raise ValueError(f"{fn}: `epsilon` must be >= 0, got {epsilon!r}")
     if residual is None:
         if rows == 0:
             return x
         x, scale, bias = vary_together(x, scale, bias)
-        y = _norm(x.reshape(rows, cols), scale, bias, eps, centered, bool(memory_efficient))
+        y = _norm(x.reshape(rows, cols), scale, bias, eps, centered, memory_efficient)
         return y.reshape(x.shape)
     if rows == 0:
         return x, (_f32(x) + _f32(residual)).astype(h_dtype)
     x, residual, scale, bias = vary_together(x, residual, scale, bias)
     y, h = _add_norm(x.reshape(rows, cols), residual.reshape(rows, cols), scale, bias, eps, centered,
-                     bool(memory_efficient), h_dtype)
+                     memory_efficient, h_dtype)
     return y.reshape(x.shape), h.reshape(x.shape)
-
-
-def _static_float(value, fn, name):
-    try:
-        return float(value)
-    except (TypeError, jax.errors.ConcretizationTypeError) as e:
-        raise TypeError(f"{fn}: `{name}` must be a Python float, got {type(value).__name__}") from e
 
 
 def _offset_scale(scale, scale_offset, fn):
     """scale_offset + scale in float32 (scale is float32 already), where a kernel would add them:
     the kernels then apply it as any scale, and its gradient is the scale's."""
-    offset = _static_float(scale_offset, fn, "scale_offset")
+    offset = _checks.static_float(scale_offset, fn, "scale_offset")
     if offset == 0.0:
         return scale
     if not np.isfinite(offset):

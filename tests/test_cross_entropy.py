@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import jaxnorm
 from jaxnorm import reference
 
-from cases import BF16, DTYPES, F32, F64, UNIT_ROUNDOFF, Tol, as_f64, assert_close, to64, tolerance
+from cases import BF16, DTYPES, F16, F32, F64, UNIT_ROUNDOFF, Tol, as_f64, assert_close, to64, tolerance
 
 ALL_DTYPES = pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 OPTIONS = {
@@ -479,6 +479,25 @@ def test_reduced_masks_and_special_rows(reduction, rng):
     bad = labels.at[4].set(40)  # and row 1's -100, not ignored here
     loss, dx = jax.value_and_grad(lambda x: jaxnorm.softmax_cross_entropy(x, bad, reduction=reduction))(x)
     assert np.isnan(loss) and np.isnan(np.asarray(dx)[[1, 4]]).all() and np.isfinite(np.asarray(dx)[[0, 2, 3, 5]]).all()
+
+
+def test_float16_reduced_losses_under_loss_scaling(rng):
+    """float16 training scales the loss (2^15, 2^16: GradScaler's start) so that small gradients
+    survive: the gradient is the reference's times the scale, rounded once to float16, neither
+    flushed to 0 by a mean's 1 / rows nor overflowed by the scale."""
+    x = make_logits(rng, (512, 300), F16)
+    labels = make_labels(rng, (512,), 300)
+    for reduction in ("mean", "sum"):
+        ref = jax.grad(lambda x: reference.softmax_cross_entropy(x, labels, reduction=reduction))(to64(x))
+        for s in (1.0, 2.0**15, 2.0**16):
+            if reduction == "sum" and s > 1.0:
+                continue  # a summed loss's gradients are O(1): scaling them by 2^15 overflows float16
+            g = jax.grad(lambda x: jaxnorm.softmax_cross_entropy(x, labels, reduction=reduction) * s)(x)
+            assert g.dtype == F16 and np.isfinite(np.asarray(g, np.float32)).all(), (reduction, s)
+            want = np.asarray(ref, np.float64) * s
+            err = np.abs(np.asarray(g, np.float64) - want)
+            # float16's rounding of each entry: half an ulp, 2^-11 relative, or its subnormal step
+            assert (err <= 2.0**-10 * np.abs(want) + 2.0**-24).all(), (reduction, s, err.max())
 
 
 def test_reduced_forward_mode_vmap_and_hessian(rng):

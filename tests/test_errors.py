@@ -102,6 +102,22 @@ def test_empty_axis_tuple(op):
 def test_non_integer_axis(op):
     with raises(TypeError, "`axis`", "ints"):
         trace(op.fn, X, axis=(1.0,))
+    with raises(TypeError, "`axis`", "ints"):
+        trace(op.fn, X, axis=(True,))
+
+
+@op_params()
+@pytest.mark.parametrize("axis", [1.0, True, "1", np.array(-1)], ids=repr)
+def test_axis_of_another_type(op, axis):
+    """Not an int nor a tuple of ints (None too, except for softmax, where it means every axis)."""
+    with raises(TypeError, "`axis` must be an int or a tuple of ints"):
+        trace(op.fn, X, axis=axis)
+
+
+@op_params(NORMS)
+def test_axis_none_for_the_norms(op):
+    with raises(TypeError, "`axis` must be an int or a tuple of ints", "None"):
+        trace(op.fn, X, axis=None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +158,16 @@ def test_param_not_float(op, name):
 def test_bad_epsilon(op, epsilon):
     with raises(ValueError, "`epsilon`", ">= 0"):
         trace(op.fn, X, epsilon=epsilon)
+
+
+@op_params(NORMS)
+@pytest.mark.parametrize("kw", [dict(epsilon="1e-5"), dict(epsilon=True), dict(scale_offset=True),
+                                dict(memory_efficient="no"), dict(memory_efficient=1)], ids=str)
+def test_static_arguments_of_another_type(op, kw):
+    """A string or a bool is not a float, and a string such as "no" is not a flag."""
+    (name,) = kw
+    with raises(TypeError, f"`{name}` must be a Python"):
+        trace(lambda x, s: op.fn(x, s, **kw), X, spec((16,)))
 
 
 @op_params(NORMS)
