@@ -28,8 +28,8 @@ The conventions (``jaxnorm.reference.sampling_mask`` is the written spec):
   token).
 
 Randomness: drawn inside the kernel by a counter-based generator, Philox-4x32-10, keyed by the
-JAX key's data (a wider key's words, as rbg's four, mixed into Philox's two), with the token index or the draw round (and, for a single key shared by the batch,
-the row index) as its counter. Masses are exp(s), s = (logit - max) / temperature, in 2^-38 fixed
+JAX key's data (a wider key's words, as rbg's four, mixed into Philox's two), with the token index
+or the draw round (and, for a single key shared by the batch, the row index) as its counter. Masses are exp(s), s = (logit - max) / temperature, in 2^-38 fixed
 point rounded to the nearest integer (a token below 2^-39 of the largest probability weighs 0 and
 is never drawn: at most vocab * 2^-39 of the mass, 2.3e-7 at 128256 tokens), summed exactly.
 
