@@ -135,6 +135,11 @@ def _cases():
          "bfloat16", "fwd+bwd"),
         ("layer_norm no scale/bias", "layer_norm", {"no_params": True}, (7, 33), "float32",
          "fwd+bwd"),
+        # The residual-add norms (their output y + h, so dy reaches both) and zero-centred scales.
+        ("layer_norm residual", "layer_norm", {"residual": True}, (7, 33), "float32", "fwd+bwd"),
+        ("rms_norm residual", "rms_norm", {"residual": True}, (5, 1025), "bfloat16", "fwd+bwd"),
+        ("layer_norm scale_offset=1", "layer_norm", {"scale_offset": 1.0}, (7, 33), "float32", "fwd+bwd"),
+        ("rms_norm scale_offset=1", "rms_norm", {"scale_offset": 1.0}, (3, 1025), "bfloat16", "fwd+bwd"),
     ]
     return out
 
@@ -155,12 +160,22 @@ def _fns(op, kw, shape):
     jn, ref = getattr(jaxnorm, op), getattr(reference, op)
     if op in ("layer_norm", "rms_norm"):
         mem = kw.pop("memory_efficient", False)
+        offset = kw.pop("scale_offset", 0.0)
+        # eighths: exact in every dtype, so both sides add the same residual
+        res = np.random.default_rng(2).integers(-16, 16, shape) / 8.0 if kw.pop("residual", False) else None
+
+        def call(fn, x, p, **extra):
+            if res is None:
+                return fn(x, *p, axis=axis, epsilon=T.EPSILON, scale_offset=offset, **extra)
+            y, h = fn(x, *p, axis=axis, epsilon=T.EPSILON, scale_offset=offset,
+                      residual=jnp.asarray(res, x.dtype), **extra)
+            return y + h
 
         def f(x, *p):
-            return jn(x, *p, axis=axis, epsilon=T.EPSILON, memory_efficient=mem)
+            return call(jn, x, p, memory_efficient=mem)
 
         def r(x, *p):
-            return ref(x, *p, axis=axis, epsilon=T.EPSILON)
+            return call(ref, x, p)
     else:
 
         def f(x):

@@ -49,7 +49,9 @@ def cuda_unavailable_reason() -> str:
 
 
 def cuda_device_summary() -> dict:
-    """Device facts the CUDA module reads (SM count, L2, shared memory), or {} without CUDA."""
+    """Device facts the CUDA module reads (SM count, L2, shared memory), or {} without CUDA or
+    without a CUDA device (the module then holds placeholders, compute capability 0)."""
     if _cuda is None:
         return {}
-    return dict(_cuda.device_summary())
+    facts = dict(_cuda.device_summary())
+    return facts if facts.get("compute_capability_major", 0) > 0 else {}

@@ -70,6 +70,13 @@ def flax_norm(module, fn, x, scale, bias, mask, *, centered, out_dtype):
     if mask is not None:
         raise NotImplementedError(f"{fn}: `mask` is not supported: the kernel normalizes over every element")
     x = _checks.as_array(x, fn, "x")
+    if x.ndim:  # flax normalizes any axes; the kernel only trailing ones (a scalar: trailing_axes says)
+        axes = _checks.canonical_axes(x.ndim, module.reduction_axes, fn, "reduction_axes")
+        if axes != tuple(range(x.ndim - len(axes), x.ndim)):
+            raise NotImplementedError(
+                f"{fn}: `reduction_axes` {module.reduction_axes!r} must name trailing axes of x (shape "
+                f"{tuple(x.shape)}): the kernel normalizes trailing axes; move the axes to the end first"
+            )
     k = _checks.trailing_axes(x.shape, module.reduction_axes, fn, "reduction_axes")
     first = x.ndim - k
     features = _feature_axes(fn, x.ndim, module.feature_axes)

@@ -339,7 +339,7 @@ def _linen_errors():
     x = jnp.ones((2, 4, 8), F32)
     init = lambda m, **kw: m.init(jax.random.key(0), x, **kw)  # noqa: E731
     return [
-        (lambda: init(ours.LayerNorm(reduction_axes=1)), ValueError, "`reduction_axes` must name trailing axes"),
+        (lambda: init(ours.LayerNorm(reduction_axes=1)), NotImplementedError, "`reduction_axes` 1 must name trailing axes"),
         (lambda: init(ours.LayerNorm(feature_axes=(-2, -1))), NotImplementedError, "feature_axes (-2, -1) must be among"),
         (lambda: init(ours.RMSNorm(axis_name="i")), NotImplementedError, "`axis_name` ('i') is not supported"),
         (lambda: init(ours.LayerNorm(axis_index_groups=[[0]])), NotImplementedError, "`axis_index_groups`"),
@@ -360,7 +360,7 @@ def _nnx_errors():
     x = jnp.ones((2, 4, 8), F32)
     rngs = nnx.Rngs(0)
     return [
-        (lambda: ours.LayerNorm(8, reduction_axes=1, rngs=rngs)(x), ValueError, "`reduction_axes` must name trailing"),
+        (lambda: ours.LayerNorm(8, reduction_axes=1, rngs=rngs)(x), NotImplementedError, "`reduction_axes` 1 must name trailing"),
         (lambda: ours.RMSNorm(32, feature_axes=(-2, -1), rngs=rngs)(x), NotImplementedError, "must be among"),
         (lambda: ours.LayerNorm(8, axis_name="i", rngs=rngs)(x), NotImplementedError, "`axis_name`"),
         (lambda: ours.LayerNorm(8, rngs=rngs)(x, mask=x > 0), NotImplementedError, "`mask`"),
