@@ -15,6 +15,7 @@ through `infer_sharding_from_operands`.
 from __future__ import annotations
 
 import functools
+import math
 import string
 
 import jax
@@ -26,6 +27,24 @@ try:  # the partitioner needs the devices while lowering these primitives (as cu
     from jax._src.dispatch import prim_requires_devices_during_lowering as _NEEDS_DEVICES
 except ImportError:  # pragma: no cover
     _NEEDS_DEVICES = None
+
+
+def as_rows(x, k: int):
+    """x as (rows, cols), its last k axes the columns ((rows,) for k = 0). On a mesh of Explicit
+    axes a reshape must be told its output's sharding where the merge has none of its own (a
+    sharded axis merged with an earlier one): the rows keep the first axis's sharding when no
+    other leading axis is sharded, the columns likewise, and the rest is gathered, as an Auto
+    mesh's partitioner gathers it (correct, not free)."""
+    lead, shape = x.ndim - k, tuple(x.shape)
+    out = (math.prod(shape[:lead]),) + ((math.prod(shape[lead:]),) if k else ())
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return x.reshape(out)
+    spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+    merged = lambda part: part[0] if part and all(s is None for s in part[1:]) else None  # noqa: E731
+    out_spec = (merged(spec[:lead]),) + ((merged(spec[lead:]),) if k else ())
+    return jax.lax.reshape(x, out, out_sharding=NamedSharding(mesh, PartitionSpec(*out_spec)))
 
 
 def _symbols(spec: str) -> list[str]:

@@ -23,6 +23,7 @@ from jax.interpreters import ad
 from jaxnorm import _checks
 from jaxnorm._ops import cross_entropy_bwd_p, cross_entropy_fwd_grad_p, cross_entropy_fwd_p
 from jaxnorm._primitive import define_jvp_by_formula, empty_placeholder, formula_primitive
+from jaxnorm._partition import as_rows
 from jaxnorm._vma import vary_together
 
 F32 = jnp.float32
@@ -122,9 +123,9 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
         logits = jnp.transpose(logits, perm)
         mask = None if mask is None else jnp.transpose(mask, perm)
     rows = math.prod(batch_shape)
-    x = logits.reshape(rows, cols)
-    mask = None if mask is None else mask.reshape(rows, cols)
-    lab, params["ignore_index"] = _labels32(labels.reshape(rows), row_keep, params["ignore_index"])
+    x = as_rows(logits, len(axes))
+    mask = None if mask is None else as_rows(mask, len(axes))
+    lab, params["ignore_index"] = _labels32(as_rows(labels, 0), row_keep, params["ignore_index"])
     x, lab, mask = vary_together(x, lab, mask)
     params = dict(params, has_mask=mask is not None)
     if reduction is not None:

@@ -11,6 +11,7 @@ from jax.interpreters import ad
 from jaxnorm import _checks
 from jaxnorm._ops import add_norm_bwd_p, add_norm_fwd_p, norm_bwd_p, norm_fwd_p
 from jaxnorm._primitive import define_jvp_by_formula, empty_placeholder, formula_primitive
+from jaxnorm._partition import as_rows
 from jaxnorm._vma import vary_together
 
 
@@ -108,12 +109,12 @@ def normalize(x, scale, bias, axis, epsilon, memory_efficient, *, centered, fn, 
         if rows == 0:
             return x
         x, scale, bias = vary_together(x, scale, bias)
-        y = _norm(x.reshape(rows, cols), scale, bias, eps, centered, memory_efficient)
+        y = _norm(as_rows(x, k), scale, bias, eps, centered, memory_efficient)
         return y.reshape(x.shape)
     if rows == 0:
         return x, (_f32(x) + _f32(residual)).astype(h_dtype)
     x, residual, scale, bias = vary_together(x, residual, scale, bias)
-    y, h = _add_norm(x.reshape(rows, cols), residual.reshape(rows, cols), scale, bias, eps, centered,
+    y, h = _add_norm(as_rows(x, k), as_rows(residual, k), scale, bias, eps, centered,
                      memory_efficient, h_dtype)
     return y.reshape(x.shape), h.reshape(x.shape)
 

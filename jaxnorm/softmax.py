@@ -10,6 +10,7 @@ from jax.interpreters import ad
 from jaxnorm import _checks
 from jaxnorm._ops import softmax_bwd_p, softmax_fwd_p
 from jaxnorm._primitive import define_jvp_by_formula, empty_placeholder, formula_primitive
+from jaxnorm._partition import as_rows
 from jaxnorm._vma import vary_together
 
 
@@ -62,9 +63,8 @@ def _softmax(x, axis, where, *, log, fn):
     if moved:
         x = jnp.transpose(x, perm)
         mask = None if mask is None else jnp.transpose(mask, perm)
-    rows, cols = _checks.rows_cols(x.shape, len(axes))
     x, mask = vary_together(x, mask)
-    y = _softmax_core(x.reshape(rows, cols), None if mask is None else mask.reshape(rows, cols), log)
+    y = _softmax_core(as_rows(x, len(axes)), None if mask is None else as_rows(mask, len(axes)), log)
     y = y.reshape(x.shape)
     return jnp.transpose(y, np.argsort(perm)) if moved else y
 

@@ -64,6 +64,26 @@ SCRIPT = textwrap.dedent(
     for i, (a, e) in enumerate(zip(jax.jit(g)(x, s, b), g_ref(x, s, b))):
         close(a, e, f"memory-efficient layer_norm grad {i}")
 
+    # A mesh of Explicit axes (jax.make_mesh's default), the input sharded along each axis in turn:
+    # along the sequence axis the merge into rows has no sharding of its own, and is gathered.
+    emesh = jax.make_mesh((4,), ("e",), axis_types=(jax.sharding.AxisType.Explicit,))
+    lab = jnp.asarray(rng.integers(0, 96, size=(8, 16)), jnp.int32)
+    for spec in (P("e"), P(None, "e"), P(None, None, "e")):
+        put = lambda a, spec=spec: jax.device_put(a, NamedSharding(emesh, P(*spec[: a.ndim])))
+        xe, re_ = put(x), put(x * 0.5)
+        what = f"explicit {spec}"
+        close(jax.jit(jaxnorm.layer_norm)(xe, s, b), reference.layer_norm(x, s, b), what)
+        close(jax.jit(jaxnorm.log_softmax)(xe), reference.log_softmax(x), what)
+        y, h = jax.jit(lambda x, r: jaxnorm.rms_norm(x, s, residual=r))(xe, re_)
+        y_ref, h_ref = reference.rms_norm(x, s, residual=x * 0.5)
+        close(y, y_ref, what + " residual y"), close(h, h_ref, what + " residual h")
+        grad = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(jaxnorm.layer_norm(x, s, b)))))(xe)
+        close(grad, jax.grad(lambda x: jnp.sum(jnp.sin(reference.layer_norm(x, s, b))))(x), what + " grad")
+        ce = lambda x, l: jaxnorm.softmax_cross_entropy(x, l, reduction="mean")
+        loss, dx = jax.jit(jax.value_and_grad(ce))(xe, put(lab))
+        ce_ref = lambda x: reference.softmax_cross_entropy(x, lab, reduction="mean")
+        close(loss, ce_ref(x), what + " cross-entropy"), close(dx, jax.grad(ce_ref)(x), what + " cross-entropy grad")
+
     # A result that varies over "b" cannot claim to be replicated.
     bad = jax.shard_map(lambda x: jaxnorm.rms_norm(x), mesh=mesh, in_specs=P("b"), out_specs=P())
     try:
