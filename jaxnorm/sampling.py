@@ -73,6 +73,7 @@ import jax.numpy as jnp
 
 from jaxnorm import _checks
 from jaxnorm._ops import filter_p, sample_by_mass_p, sample_p, sample_with_top_k_p, top_k_p
+from jaxnorm._partition import as_rows
 from jaxnorm._primitive import empty_placeholder
 
 # The longest rows sample and filter_logits take: 2^25 masses of at most 2^38 sum within 64 bits.
@@ -198,7 +199,7 @@ def top_k(operand, k):
     if rows == 0 or k == 0:
         return jnp.zeros((*lead, k), operand.dtype), jnp.zeros((*lead, k), jnp.int32)
     # Indices carry no gradient; the values' gradient flows through the gather below.
-    (idx,) = top_k_p.bind(jax.lax.stop_gradient(operand).reshape(rows, cols), k=k)
+    (idx,) = top_k_p.bind(as_rows(jax.lax.stop_gradient(operand), 1), k=k)
     idx = idx.reshape(*lead, k)
     return jnp.take_along_axis(operand, idx, axis=-1), idx
 
@@ -229,7 +230,7 @@ def _logits_rows(logits, axis, fn):
     if x.shape[-1] > MAX_VOCAB:
         raise ValueError(f"{fn}: `logits` of shape {tuple(logits.shape)} has {x.shape[-1]} tokens on axis {a}; "
                          f"sampling and its filters take at most 2^25 (their 64-bit sums of 2^38-unit masses)")
-    return x.reshape(math.prod(batch), x.shape[-1]), batch
+    return as_rows(x, 1), batch
 
 
 _KEY_WIDTHS = (2, 4)  # threefry's raw key data, rbg's and unsafe_rbg's
@@ -261,7 +262,7 @@ def _key_rows(key, batch, fn):
     if kshape == ():
         return data.reshape(1, width).astype(jnp.uint32)
     if kshape == batch:
-        return data.reshape(math.prod(batch), width).astype(jnp.uint32)
+        return as_rows(data, 1).astype(jnp.uint32)
     raise ValueError(
         f"{fn}: `key` must be one key or one key per row (key shape {batch}), got keys of shape {kshape}"
     )
@@ -305,7 +306,7 @@ def _grouped(value, batch, fn, name):
         )
     if value.size == 1:
         return value.reshape(1)
-    return jnp.broadcast_to(value, batch).reshape(math.prod(batch))
+    return as_rows(jnp.broadcast_to(value, batch), 0)
 
 
 def _check_temperature(t, fn, name):

@@ -83,6 +83,11 @@ SCRIPT = textwrap.dedent(
         loss, dx = jax.jit(jax.value_and_grad(ce))(xe, put(lab))
         ce_ref = lambda x: reference.softmax_cross_entropy(x, lab, reduction="mean")
         close(loss, ce_ref(x), what + " cross-entropy"), close(dx, jax.grad(ce_ref)(x), what + " cross-entropy grad")
+        keys = jax.random.split(jax.random.key(1), 8 * 16).reshape(8, 16)
+        tokens = jax.jit(lambda k, x: jaxnorm.sample(k, x, top_k=5))(put(keys), xe)
+        assert (np.asarray(tokens) == np.asarray(jaxnorm.sample(keys, x, top_k=5))).all(), what + " sample"
+        if spec != P(None, None, "e"):  # top_k's values gather along a sharded vocabulary: JAX asks how
+            close(jax.jit(lambda x: jaxnorm.top_k(x, 4)[0])(xe), jax.lax.top_k(x, 4)[0], what + " top_k")
 
     # A result that varies over "b" cannot claim to be replicated.
     bad = jax.shard_map(lambda x: jaxnorm.rms_norm(x), mesh=mesh, in_specs=P("b"), out_specs=P())
