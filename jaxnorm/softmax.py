@@ -64,7 +64,9 @@ def _softmax(x, axis, where, *, log, fn):
         x = jnp.transpose(x, perm)
         mask = None if mask is None else jnp.transpose(mask, perm)
     x, mask = vary_together(x, mask)
-    y = _softmax_core(as_rows(x, len(axes)), None if mask is None else as_rows(mask, len(axes)), log)
+    # a scalar (axis=None) is one row of one column
+    rows = (lambda a: a.reshape(1, 1)) if not axes else (lambda a: as_rows(a, len(axes)))
+    y = _softmax_core(rows(x), None if mask is None else rows(mask), log)
     y = y.reshape(x.shape)
     return jnp.transpose(y, np.argsort(perm)) if moved else y
 
