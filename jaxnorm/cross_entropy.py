@@ -122,7 +122,6 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
     if perm != list(range(logits.ndim)):
         logits = jnp.transpose(logits, perm)
         mask = None if mask is None else jnp.transpose(mask, perm)
-    rows = math.prod(batch_shape)
     x = as_rows(logits, len(axes))
     mask = None if mask is None else as_rows(mask, len(axes))
     lab, params["ignore_index"] = _labels32(as_rows(labels, 0), row_keep, params["ignore_index"])
