@@ -145,31 +145,35 @@ JN_HD RowParams row_params(int64_t r, int64_t rows, int64_t cols, const float* t
                            const int32_t* top_k, int64_t n_k, const float* top_p, int64_t n_p,
                            const float* log_min_p, int64_t n_m, const uint32_t* keys, int64_t n_keys,
                            int64_t key_width) {
-  RowParams q;
+  // Every entry is loaded before any is used. A GPU thread issues in order and stalls at the first
+  // use of a load: decoding each value before loading the next (the temperature's greedy test and
+  // its reciprocal's slow path branch on it) made five memory round trips serial, ~1.5 us of a
+  // batch-1 row (clock trace, benchmarks/results/h200-stage-x-hist-push).
   const float t = temps ? temps[group_of(r, rows, n_temps)] : 1.0f;
+  const int32_t k = top_k ? top_k[group_of(r, rows, n_k)] : 0;
+  const float p = top_p ? top_p[group_of(r, rows, n_p)] : 1.0f;
+  const float lm = log_min_p ? log_min_p[group_of(r, rows, n_m)] : -INFINITY;
+  const uint32_t* w = keys ? keys + group_of(r, rows, n_keys) * key_width : nullptr;
+  uint32_t kw[4] = {0u, 0u, 0u, 0u};  // a key's first words: 2 (threefry), 4 (rbg)
+  for (int i = 0; i < 4; ++i) kw[i] = w && i < key_width ? w[i] : 0u;
+  RowParams q;
   q.greedy = !(t > 0.0f) || !(1.0f / t < INFINITY);  // a subnormal temperature is greedy too
   // Past 2^126 (inf included) a temperature acts as 2^126: (v - max) * 0 would make -inf NaN.
   q.inv_t = q.greedy ? 1.0f : fmaxf(1.0f / t, 0x1p-126f);
-  q.k = top_k ? top_k[group_of(r, rows, n_k)] : 0;
+  q.k = k;
   q.use_k = !q.greedy && q.k >= 1 && q.k < cols;
-  const float p = top_p ? top_p[group_of(r, rows, n_p)] : 1.0f;
   q.use_p = !q.greedy && !(p >= 1.0f) && p == p;
   q.p = p > 0.0f ? static_cast<double>(p) : 0.0;
-  const float lm = log_min_p ? log_min_p[group_of(r, rows, n_m)] : -INFINITY;
   q.log_min_p = q.greedy || lm != lm ? -INFINITY : (lm > 0.0f ? 0.0f : lm);
-  q.key0 = q.key1 = 0;
-  q.row_in_key = 0;
-  if (keys) {
-    const int64_t g = group_of(r, rows, n_keys);
-    const uint32_t* w = keys + g * key_width;
-    // A wider key (rbg's four words) folded into Philox's two: words past the second are mixed in,
-    // since rbg's key data repeats its halves ([a, b, a, b]), which a plain xor cancels to 0.
-    for (int64_t i = 0; i < key_width; ++i) {
-      uint32_t& k = i % 2 == 0 ? q.key0 : q.key1;
-      k = (i < 2 ? k : fold_mix(k)) ^ w[i];
-    }
-    q.row_in_key = static_cast<uint32_t>(row_in_group(r, rows, n_keys));
+  // A wider key (rbg's four words) folded into Philox's two: words past the second are mixed in,
+  // since rbg's key data repeats its halves ([a, b, a, b]), which a plain xor cancels to 0.
+  q.key0 = kw[0];
+  q.key1 = kw[1];
+  for (int64_t i = 2; i < key_width; ++i) {
+    uint32_t& kk = i % 2 == 0 ? q.key0 : q.key1;
+    kk = fold_mix(kk) ^ (i < 4 ? kw[i] : w[i]);
   }
+  q.row_in_key = keys ? static_cast<uint32_t>(row_in_group(r, rows, n_keys)) : 0u;
   return q;
 }
 

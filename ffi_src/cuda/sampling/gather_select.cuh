@@ -132,29 +132,36 @@ __device__ void bitonic_sort_desc(unsigned long long* cand, int kp) {
 
 // Sorts cand[0, n) descending (kp: the bitonic length, cand[n, kp) already 0). Short lists, as a
 // row's chain has (the ~50 entries of a chunk, the ~100 candidates of a row), are sorted by
-// ranking: thread i counts the entries above its own (ties by position) and stores it at that
-// rank: two barriers and a few instructions of code, where the bitonic network takes 21-28 steps
-// and kilobytes of code fetched afresh each row.
+// ranking: each entry's rank is counted by P adjacent lanes (4, or as many as the block has for
+// n entries), each over every P-th entry, and summed by shuffles; then stored at that rank. Two
+// barriers and a few instructions of code, where the bitonic network takes 21-28 steps and
+// kilobytes of code fetched afresh each row. ptxas gives a lane's loads one register, so each
+// compare waits out its shared-memory load (unrolling into an array did not change that): with
+// one lane an entry, ~100 of them were most of the ~1.8 us CTA 0 sorts a batch-1 row (clock trace
+// and SASS, benchmarks/results/h200-stage-x-hist-push); P lanes make n / P each.
 constexpr int kRankSortMax = 128;
 
 template <int kThreads>
 __device__ void sort_desc(unsigned long long* cand, int n, int kp) {
-  static_assert(kThreads >= kRankSortMax, "one entry a thread");
+  static_assert(kThreads >= kRankSortMax, "one entry a lane at least");
   if (n > kRankSortMax) {
     bitonic_sort_desc<kThreads>(cand, kp);
     return;
   }
-  const int i = threadIdx.x;
+  const int lg = 4 * n <= kThreads ? 2 : 2 * n <= kThreads ? 1 : 0;  // log2 of P, the lanes an entry
+  const int P = 1 << lg;
+  const int i = threadIdx.x >> lg, part = threadIdx.x & (P - 1);
   const unsigned long long e = i < n ? cand[i] : 0ull;
   int rank = 0;
   // The entries are distinct (composites: every one holds its token's index), so an entry's rank
   // is the count of larger ones; the tie test (c == e && j < i) never held and cost ~5 of ~10
   // instructions an entry.
   if (i < n) {
-    for (int j = 0; j < n; ++j) rank += cand[j] > e;
+    for (int j = part; j < n; j += P) rank += cand[j] > e;
   }
+  for (int o = 1; o < P; o <<= 1) rank += __shfl_xor_sync(~0u, rank, o);
   __syncthreads();
-  if (i < n) cand[rank] = e;
+  if (i < n && part == 0) cand[rank] = e;
   __syncthreads();
 }
 
