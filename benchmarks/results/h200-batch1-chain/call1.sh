@@ -1,9 +1,9 @@
-# Prepared, not run: params-loads.patch and rank-sort.patch (README.md) together against main, in
+# Ran 2026-11-29 (README.md): params-loads.patch and rank-sort.patch (README.md) together against main, in
 # one call on the H200. From the repository root, on a scratch branch with both patches applied and
 # committed, after
 #   mkdir -p .scratch/base && git archive main ffi_src | tar -x -C .scratch/base
 #   bash benchmarks/ptx_check.sh            (every CUDA unit through nvcc's front end, locally)
-#   COMMIT=<hash> bash benchmarks/results/next-batch1-chain/ab.sh        (carry .scratch)
+#   COMMIT=<hash> bash benchmarks/results/h200-batch1-chain/call1.sh   (carry .scratch; ran 2026-11-29, merged as 8a02fa1)
 # ab_base.sh's two builds and alternating rounds (base1 new1 base2 new2): batch 1 and 8 in float32
 # and bfloat16, 64 rows in float32 (the 256-thread instances, whose spills moved), 128256
 # columns; every drawn token checked. Then the sampling tests on the patched tree in the time left
