@@ -29,22 +29,52 @@ except ImportError:  # pragma: no cover
     _NEEDS_DEVICES = None
 
 
-def as_rows(x, k: int):
-    """x as (rows, cols), its last k axes the columns ((rows,) for k = 0). On a mesh of Explicit
-    axes a reshape must be told its output's sharding where the merge has none of its own (a
-    sharded axis merged with an earlier one): the rows keep the first axis's sharding when no
-    other leading axis is sharded, the columns likewise, and the rest is gathered, as an Auto
-    mesh's partitioner gathers it (correct, not free)."""
-    lead, shape = x.ndim - k, tuple(x.shape)
-    out = (math.prod(shape[:lead]),) + ((math.prod(shape[lead:]),) if k else ())
+def _explicit(x):
+    """(mesh, spec padded to x's rank) where x lives on a mesh with an Explicit axis, else None."""
     sharding = getattr(jax.typeof(x), "sharding", None)
     mesh = getattr(sharding, "mesh", None)
     if mesh is None or not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return None
+    return mesh, tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+
+
+def merge_axes(x, groups):
+    """x reshaped so that each run of ``groups[i]`` consecutive axes becomes one axis (a group of
+    0 axes: an axis of 1). On a mesh of Explicit axes a reshape must be told its output's sharding
+    where the merge has none of its own (a sharded axis merged with an earlier one): a merged axis
+    keeps its first axis's sharding when no other axis of its group is sharded, and is gathered
+    otherwise, as an Auto mesh's partitioner gathers it (correct, not free)."""
+    assert sum(groups) == x.ndim, (groups, x.shape)
+    bounds = [sum(groups[:i]) for i in range(len(groups) + 1)]
+    shape = tuple(x.shape)
+    out = tuple(math.prod(shape[a:b]) for a, b in zip(bounds, bounds[1:]))
+    explicit = _explicit(x)
+    if explicit is None:
         return x.reshape(out)
-    spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+    mesh, spec = explicit
     merged = lambda part: part[0] if part and all(s is None for s in part[1:]) else None  # noqa: E731
-    out_spec = (merged(spec[:lead]),) + ((merged(spec[lead:]),) if k else ())
+    out_spec = tuple(merged(spec[a:b]) for a, b in zip(bounds, bounds[1:]))
     return jax.lax.reshape(x, out, out_sharding=NamedSharding(mesh, PartitionSpec(*out_spec)))
+
+
+def as_rows(x, k: int):
+    """x as (rows, cols), its last k axes the columns ((rows,) for k = 0), by `merge_axes`."""
+    return merge_axes(x, (x.ndim - k, k) if k else (x.ndim,))
+
+
+def gathered(x, axes=None):
+    """x with ``axes`` (default: every axis) unsharded, on a mesh of Explicit axes (elsewhere x):
+    for the jnp steps beside a custom call that need a whole axis on each device (a sort over it,
+    a gather along it), which JAX does not insert on such a mesh by itself."""
+    explicit = _explicit(x)
+    if explicit is None:
+        return x
+    mesh, spec = explicit
+    axes = range(x.ndim) if axes is None else [a % x.ndim for a in axes]
+    if all(spec[a] is None for a in axes):
+        return x
+    spec = tuple(None if i in axes else s for i, s in enumerate(spec))
+    return jax.sharding.reshard(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
 def _symbols(spec: str) -> list[str]:

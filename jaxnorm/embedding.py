@@ -42,6 +42,7 @@ from jax.interpreters import ad, batching
 
 from jaxnorm import _checks
 from jaxnorm._ops import embed_bwd_p, embed_fwd_p
+from jaxnorm._partition import as_rows, gathered
 from jaxnorm._primitive import NOT_MAPPED, empty_placeholder, formula_primitive, map_batching
 from jaxnorm._vma import vary_together
 from jaxnorm.reference import sine_inv_timescales
@@ -97,10 +98,10 @@ def embed_with_position(ids, table, *, position, scale=None, pos_table=None):
     n = math.prod(ids.shape)
     if n == 0 or d == 0:
         return jnp.zeros((*ids.shape, d), table.dtype)
-    ids32 = _checks.int32_clamped(ids, 0, vocab - 1).reshape(n)
+    ids32 = as_rows(_checks.int32_clamped(ids, 0, vocab - 1), 0)
     pos32 = _checks.int32_clamped(position, 0, max_pos - 1) if max_pos else \
         _checks.int32_clamped(position, _INT32_MIN, _INT32_MAX)
-    pos32 = jnp.broadcast_to(pos32, ids.shape).reshape(n)
+    pos32 = as_rows(jnp.broadcast_to(pos32, ids.shape), 0)
     ids32, pos32, table, pos_table = vary_together(ids32, pos32, table, pos_table)
     pt = empty_placeholder(table.dtype) if pos_table is None else pos_table
     out = _embed(ids32, pos32, table, pt, (scale, vocab, max_pos))
@@ -123,6 +124,7 @@ def segment_sum_rows(dout, index, rows: int, scale: float):
     dout's dtype), in a fixed order: ``index`` (N) int32 in ``[0, rows)`` sorted stably, then each
     run summed in sorted order by one kernel. ``dout`` ``[N, d]``; returns ``[rows, d]``."""
     n = index.shape[0]
+    index = gathered(index)  # the sort needs every token's index on each device
     sorted_index, order = jax.lax.sort((index, jnp.arange(n, dtype=jnp.int32)), num_keys=1, is_stable=True)
     (g,) = embed_bwd_p.bind(dout, order, sorted_index, rows=rows, scale=float(scale))
     return g

@@ -43,6 +43,7 @@ from jax.interpreters import ad
 
 from jaxnorm import _checks
 from jaxnorm._ops import linear_attention_p, linear_attention_rank1_p
+from jaxnorm._partition import gathered, merge_axes
 
 HEAD_DIMS = (32, 64, 128, 256)
 LAYOUTS = ("BHLD", "BLHD")
@@ -243,9 +244,8 @@ def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callabl
         if batch * heads * length == 0:
             out = jnp.zeros((batch, heads, length, d_v), q.dtype)
         else:
-            rows = batch * heads
-            out, _ = _bind(qm.reshape(rows, length, d_k), km.reshape(rows, length, d_k),
-                           v.reshape(rows, length, d_v), normalize=normalize, eps=eps)
+            per_head = lambda a: merge_axes(a, (2, 1, 1))  # noqa: E731
+            out, _ = _bind(per_head(qm), per_head(km), per_head(v), normalize=normalize, eps=eps)
             out = out.reshape(batch, heads, length, d_v)
     else:
         out = _non_causal(qm, km, v, normalize, eps)
@@ -253,13 +253,15 @@ def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callabl
         out = jnp.swapaxes(out, 1, 2)
     if not return_state:
         return out
-    kf = km.astype(jnp.float32)
-    state = (jnp.einsum("bhlk,bhlv->bhkv", kf, v.astype(jnp.float32), precision="highest"), kf.sum(axis=2))
+    kf, vf = (gathered(a.astype(jnp.float32), (2, 3)) for a in (km, v))
+    state = (jnp.einsum("bhlk,bhlv->bhkv", kf, vf, precision="highest"), kf.sum(axis=2))
     return out, state
 
 
 def _non_causal(qm, km, v, normalize, eps):
     f32 = jnp.float32
+    # Whole (len, d) planes on each device: the contractions run over len and d.
+    qm, km, v = (gathered(a, (2, 3)) for a in (qm, km, v))
     # Full float32 products (no TF32 on GPUs), as the causal kernels' float32 path.
     s = jnp.einsum("bhlk,bhlv->bhkv", km, v, preferred_element_type=f32, precision="highest")
     num = jnp.einsum("bhlk,bhkv->bhlv", qm.astype(f32), s, precision="highest")
@@ -294,15 +296,17 @@ def linear_attention_step(q, k, v, state, *, feature_map: str | Callable = "elu+
     except (TypeError, ValueError) as e:
         raise TypeError(f"{fn}: `state` must be a pair (S, z), got {type(state).__name__}") from e
     f32 = jnp.float32
-    qm, km = (x.astype(f32) for x in _mapped(fn, q, k, feature_map))
+    # Whole d_k and d_v on each device: the step's outer product and contractions run over them.
+    qm, km = (gathered(x.astype(f32), (2,)) for x in _mapped(fn, q, k, feature_map))
+    v = gathered(v, (2,))
     batch, heads, d_k = qm.shape
     d_v = v.shape[2]
     want = ((batch, heads, d_k, d_v), (batch, heads, d_k))
     if tuple(jnp.shape(s)) != want[0] or tuple(jnp.shape(z)) != want[1]:
         raise ValueError(f"{fn}: `state` must be (S {want[0]}, z {want[1]}), got "
                          f"({tuple(jnp.shape(s))}, {tuple(jnp.shape(z))})")
-    s = s.astype(f32) + km[..., :, None] * v.astype(f32)[..., None, :]
-    z = z.astype(f32) + km
+    s = gathered(s.astype(f32), (2, 3)) + km[..., :, None] * v.astype(f32)[..., None, :]
+    z = gathered(z.astype(f32), (2,)) + km
     num = jnp.einsum("bhk,bhkv->bhv", qm, s, precision="highest")
     if normalize:
         num = num / (jnp.einsum("bhk,bhk->bh", qm, z, precision="highest")[..., None] + eps)

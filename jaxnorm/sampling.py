@@ -73,7 +73,7 @@ import jax.numpy as jnp
 
 from jaxnorm import _checks
 from jaxnorm._ops import filter_p, sample_by_mass_p, sample_p, sample_with_top_k_p, top_k_p
-from jaxnorm._partition import as_rows
+from jaxnorm._partition import as_rows, gathered
 from jaxnorm._primitive import empty_placeholder
 
 # The longest rows sample and filter_logits take: 2^25 masses of at most 2^38 sum within 64 bits.
@@ -198,7 +198,9 @@ def top_k(operand, k):
     rows = math.prod(lead)
     if rows == 0 or k == 0:
         return jnp.zeros((*lead, k), operand.dtype), jnp.zeros((*lead, k), jnp.int32)
-    # Indices carry no gradient; the values' gradient flows through the gather below.
+    # Indices carry no gradient; the values' gradient flows through the gather below, which
+    # needs whole rows on each device (the kernel gathers them anyway).
+    operand = gathered(operand, (-1,))
     (idx,) = top_k_p.bind(as_rows(jax.lax.stop_gradient(operand), 1), k=k)
     idx = idx.reshape(*lead, k)
     return jnp.take_along_axis(operand, idx, axis=-1), idx

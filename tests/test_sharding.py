@@ -86,8 +86,45 @@ SCRIPT = textwrap.dedent(
         keys = jax.random.split(jax.random.key(1), 8 * 16).reshape(8, 16)
         tokens = jax.jit(lambda k, x: jaxnorm.sample(k, x, top_k=5))(put(keys), xe)
         assert (np.asarray(tokens) == np.asarray(jaxnorm.sample(keys, x, top_k=5))).all(), what + " sample"
-        if spec != P(None, None, "e"):  # top_k's values gather along a sharded vocabulary: JAX asks how
-            close(jax.jit(lambda x: jaxnorm.top_k(x, 4)[0])(xe), jax.lax.top_k(x, 4)[0], what + " top_k")
+        close(jax.jit(lambda x: jaxnorm.top_k(x, 4)[0])(xe), jax.lax.top_k(x, 4)[0], what + " top_k")
+        g_top = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(jaxnorm.top_k(x, 4)[0]))))(xe)
+        close(g_top, jax.grad(lambda x: jnp.sum(jnp.sin(jax.lax.top_k(x, 4)[0])))(x), what + " top_k grad")
+
+    # The other families on that mesh, each axis sharded in turn, against the same jitted call on
+    # unsharded input: heads merged with the batch (linear attention), ids merged into tokens
+    # (embedding), the sorts and contractions that need a whole axis.
+    def same(f, args, what):
+        for a, e in zip(jax.tree.leaves(jax.jit(f)(*args)), jax.tree.leaves(jax.jit(f)(*map(np.asarray, args)))):
+            close(a, e, what)
+    qa = jnp.asarray(rng.normal(size=(4, 4, 32, 64)), jnp.float32)
+    ids = jnp.asarray(rng.integers(0, 100, size=(8, 16)), jnp.int32)
+    table, pos_table = (jnp.asarray(rng.normal(size=(n, 64)), jnp.float32) for n in (100, 16))
+    lens = jnp.asarray([3, 16, 0, 9, 1, 7, 16, 2], jnp.int32)
+    def padded_round_trip(x, l):
+        o = jaxnorm.padding_offsets(l, 16, 128)
+        return jnp.sin(jaxnorm.rebuild_padding(jaxnorm.remove_padding(x, o), o)).sum()
+    for spec in (P("e"), P(None, "e"), P(None, None, "e"), P(None, None, None, "e")):
+        put = lambda a, spec=spec: jax.device_put(a, NamedSharding(emesh, P(*spec[: a.ndim])))
+        what = f"explicit {spec}"
+        qe = put(qa)
+        for layout in ("BHLD", "BLHD"):
+            same(lambda q: jaxnorm.linear_attention(q, q * 0.5, q, layout=layout), (qe,), f"{what} linear_attention {layout}")
+        same(jax.grad(lambda q: jnp.sum(jnp.sin(jaxnorm.linear_attention(q, q * 0.5, q)))), (qe,), what + " linear_attention grad")
+        same(lambda q: jaxnorm.linear_attention(q, q, q, causal=False), (qe,), what + " linear_attention non-causal")
+        state = lambda q: jaxnorm.linear_attention(q, q, q, return_state=True)[1]  # noqa: E731
+        same(state, (qe,), what + " linear_attention state")
+        q1 = put(qa[:, :, 0])
+        same(lambda q1, q: jaxnorm.linear_attention_step(q1, q1, q1, state(q)), (q1, qe), what + " linear_attention_step")
+        if len(spec) <= 3:
+            kv, q3 = put(qa), put(qa[:, :, 0])
+            same(lambda q, k, l: jaxnorm.decode_attention(q, k, k, l), (q3, kv, put(lens[:4])), what + " decode_attention")
+            same(lambda q, k, l: jaxnorm.decode_attention(q, k, k, l, k_new=q, v_new=q), (q3, kv, put(lens[:4])),
+                 what + " decode_attention append")
+            same(jax.grad(padded_round_trip), (put(x), put(lens)), what + " padding round trip grad")
+        if len(spec) <= 2:
+            pos = put(jnp.broadcast_to(jnp.arange(16), (8, 16)))
+            embed = lambda t, pt, i, p: jnp.sin(jaxnorm.embed_with_position(i, t, position=p, pos_table=pt)).sum()  # noqa: E731
+            same(jax.value_and_grad(embed, (0, 1)), (table, pos_table, put(ids), pos), what + " embed_with_position")
 
     # A result that varies over "b" cannot claim to be replicated.
     bad = jax.shard_map(lambda x: jaxnorm.rms_norm(x), mesh=mesh, in_specs=P("b"), out_specs=P())
