@@ -1,6 +1,6 @@
 // Residual-add + LayerNorm / RMSNorm backward CUDA handler: the norm backward's row kernels
-// reading h (or y) and dy, storing dx + dh (h's cotangent) in one pass, launched per dy dtype by
-// add_norm_bwd_typed.cuh.
+// reading h (or y) and dy, storing dx + dh (h's cotangent) in one pass, launched per dy dtype and bias
+// gradient by add_norm_bwd_typed.cuh.
 #include "cuda/add_norm_bwd.cuh"
 #include "cuda/device_types.cuh"
 
@@ -18,7 +18,8 @@ ffi::Error AddNormBwdCuda(cudaStream_t stream, ffi::AnyBuffer hin, ffi::AnyBuffe
                          dscale, dbias, workspace, s,  eps,  centered, has_scale, has_bias, memory_efficient,
                          has_dh};
   return dispatch_float<CudaTypes>(dy.element_type(), "dy", [&](auto t) {
-    return add_norm_bwd_typed<typename decltype(t)::type>(c);
+    using T = typename decltype(t)::type;
+    return has_bias ? add_norm_bwd_typed<T, true>(c) : add_norm_bwd_typed<T, false>(c);
   });
 }
 

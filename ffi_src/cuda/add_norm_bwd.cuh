@@ -1,6 +1,6 @@
-// The residual-add norm backward's arguments and its launch for one dy dtype T, which
-// add_norm_bwd_typed.cuh defines in a translation unit of its own per dtype (CMakeLists.txt), so
-// that the build compiles the dtypes' kernels in parallel.
+// The residual-add norm backward's arguments and its launch for one dy dtype T, with or without a
+// bias gradient, which add_norm_bwd_typed.cuh defines in a translation unit of its own per pair
+// (CMakeLists.txt), so that the build compiles them in parallel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,7 +27,7 @@ struct AddNormBwdCall {
   bool centered, has_scale, has_bias, memory_efficient, has_dh;
 };
 
-template <class T>
+template <class T, bool kBiasGrad>
 ffi::Error add_norm_bwd_typed(const AddNormBwdCall& c);
 
 }  // namespace jaxnorm

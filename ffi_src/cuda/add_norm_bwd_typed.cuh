@@ -8,7 +8,7 @@
 
 namespace jaxnorm {
 
-template <class T>
+template <class T, bool kBiasGrad>
 ffi::Error add_norm_bwd_typed(const AddNormBwdCall& c) {
   return dispatch_add_norm_bwd_for<CudaTypes, T>(c.dy.element_type(), c.hin.element_type(), c.dx->element_type(),
                                                  c.memory_efficient, [&](auto, auto at, auto ht) {
@@ -16,16 +16,14 @@ ffi::Error add_norm_bwd_typed(const AddNormBwdCall& c) {
     using H = typename decltype(ht)::type;
     const StorePlusDh<H> out{static_cast<H*>(c.dx->untyped_data()),
                              c.has_dh ? static_cast<const H*>(c.dh.untyped_data()) : nullptr};
-    return with_bias_grad(c.has_bias, [&](auto bias_grad) {
-      const auto op = norm_bwd_op<T, A, decltype(bias_grad)::value>(
-          c.hin, c.dy, c.mean, c.rstd, c.scale, c.bias, out, c.s, c.eps,
-          NormFlags{c.centered, c.has_scale, c.has_bias, c.memory_efficient});
-      return run_norm_bwd(op, c.s, aligned16(out.dx) && aligned16(out.dh), c.dscale, c.dbias, c.workspace, c.stream,
-                          "add_norm backward");
-    });
+    const auto op = norm_bwd_op<T, A, kBiasGrad>(c.hin, c.dy, c.mean, c.rstd, c.scale, c.bias, out, c.s, c.eps,
+                                                 NormFlags{c.centered, c.has_scale, c.has_bias, c.memory_efficient});
+    return run_norm_bwd(op, c.s, aligned16(out.dx) && aligned16(out.dh), c.dscale, c.dbias, c.workspace, c.stream,
+                        "add_norm backward");
   });
 }
 
-template ffi::Error add_norm_bwd_typed<JAXNORM_TYPED>(const AddNormBwdCall&);
+// JAXNORM_FLAG: kBiasGrad (has_bias; a unit each, CMakeLists.txt).
+template ffi::Error add_norm_bwd_typed<JAXNORM_TYPED, JAXNORM_FLAG>(const AddNormBwdCall&);
 
 }  // namespace jaxnorm

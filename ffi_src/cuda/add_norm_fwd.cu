@@ -1,6 +1,6 @@
 // Residual-add + LayerNorm / RMSNorm forward CUDA handler: the norm forward's row kernels with
-// AddNormFwdOp's hooks (one read of x and r, one write of y and h), launched per x dtype by
-// add_norm_fwd_typed.cuh.
+// AddNormFwdOp's hooks (one read of x and r, one write of y and h), launched per x dtype and norm
+// by add_norm_fwd_typed.cuh.
 #include "cuda/add_norm_fwd.cuh"
 #include "cuda/device_types.cuh"
 
@@ -16,7 +16,8 @@ ffi::Error AddNormFwdCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   if (s.rows == 0 || s.cols == 0) return ffi::Error::Success();
   const AddNormFwdCall c{{stream, x, scale, bias, y, mean, rstd, s, eps, centered, has_scale, has_bias}, residual, h};
   return dispatch_float<CudaTypes>(x.element_type(), "x", [&](auto t) {
-    return add_norm_fwd_typed<typename decltype(t)::type>(c);
+    using T = typename decltype(t)::type;
+    return centered ? add_norm_fwd_typed<T, true>(c) : add_norm_fwd_typed<T, false>(c);
   });
 }
 

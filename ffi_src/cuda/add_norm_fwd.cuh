@@ -1,6 +1,6 @@
-// The residual-add norm forward's arguments and its launch for one x dtype T, which
-// add_norm_fwd_typed.cuh defines in a translation unit of its own per dtype (CMakeLists.txt), so
-// that the build compiles the dtypes' kernels in parallel.
+// The residual-add norm forward's arguments and its launch for one x dtype T and norm (kCentered:
+// LayerNorm), which add_norm_fwd_typed.cuh defines in a translation unit of its own per pair
+// (CMakeLists.txt), so that the build compiles them in parallel.
 #pragma once
 
 #include "common/add_norm_args.h"
@@ -15,7 +15,7 @@ struct AddNormFwdCall {
   ffi::Result<ffi::AnyBuffer>& h;
 };
 
-template <class T>
+template <class T, bool kCentered>
 ffi::Error add_norm_fwd_typed(const AddNormFwdCall& c);
 
 }  // namespace jaxnorm

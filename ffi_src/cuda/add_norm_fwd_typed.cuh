@@ -7,23 +7,21 @@
 
 namespace jaxnorm {
 
-template <class T>
+template <class T, bool kCentered>
 ffi::Error add_norm_fwd_typed(const AddNormFwdCall& c) {
   const NormFwdCall& n = c.norm;
   return dispatch_add_norm_fwd_for<CudaTypes, T>(n.x.element_type(), c.residual.element_type(), c.h->element_type(),
                                                  [&](auto, auto rt, auto ht) {
     using R = typename decltype(rt)::type;
     using H = typename decltype(ht)::type;
-    return with_centered(n.centered, [&](auto centered) {
-      const AddNormFwdOp<T, R, H, centered.value> op{
-          norm_fwd_op<T, centered.value>(n.x, n.y, n.mean, n.rstd, n.scale, n.bias, n.s, n.eps, n.has_scale,
-                                         n.has_bias),
-          static_cast<const R*>(c.residual.untyped_data()), static_cast<H*>(c.h->untyped_data())};
-      return run_norm_fwd(op, n.s, aligned16(op.residual) && aligned16(op.h), n.stream, "add_norm forward");
-    });
+    const AddNormFwdOp<T, R, H, kCentered> op{
+        norm_fwd_op<T, kCentered>(n.x, n.y, n.mean, n.rstd, n.scale, n.bias, n.s, n.eps, n.has_scale, n.has_bias),
+        static_cast<const R*>(c.residual.untyped_data()), static_cast<H*>(c.h->untyped_data())};
+    return run_norm_fwd(op, n.s, aligned16(op.residual) && aligned16(op.h), n.stream, "add_norm forward");
   });
 }
 
-template ffi::Error add_norm_fwd_typed<JAXNORM_TYPED>(const AddNormFwdCall&);
+// JAXNORM_FLAG: kCentered (LayerNorm; a unit each, CMakeLists.txt).
+template ffi::Error add_norm_fwd_typed<JAXNORM_TYPED, JAXNORM_FLAG>(const AddNormFwdCall&);
 
 }  // namespace jaxnorm

@@ -1,7 +1,8 @@
-// LayerNorm / RMSNorm backward CUDA handler, and the deterministic reduction of the scale/bias
-// gradient partials.
-#include "common/signatures.h"
-#include "cuda/norm_bwd_run.cuh"
+// LayerNorm / RMSNorm backward CUDA handler, launched per dy dtype and bias gradient by
+// norm_bwd_typed.cuh, and the deterministic reduction of the scale/bias gradient partials.
+#include "cuda/device_types.cuh"
+#include "cuda/norm_bwd.cuh"
+#include "cuda/row_tiles.cuh"
 
 namespace jaxnorm {
 
@@ -50,14 +51,11 @@ ffi::Error NormBwdCuda(cudaStream_t stream, ffi::AnyBuffer xin, ffi::AnyBuffer d
   Rows s;
   JN_RETURN_IF_ERROR(check_norm_operands(xin, scale, bias, has_scale, has_bias, &s));
   JN_RETURN_IF_ERROR(check_same_rows(dy, xin, s, "dy"));
+  const NormBwdCall c{stream, xin, dy, mean, rstd, scale, bias, dx, dscale, dbias, workspace, s, eps,
+                      NormFlags{centered, has_scale, has_bias, memory_efficient}};
   return dispatch_float<CudaTypes>(xin.element_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_bias_grad(has_bias, [&](auto bias_grad) {
-      const auto op = norm_bwd_op<T, T, decltype(bias_grad)::value>(
-          xin, dy, mean, rstd, scale, bias, StoreDx<T>{static_cast<T*>(dx->untyped_data())}, s, eps,
-          NormFlags{centered, has_scale, has_bias, memory_efficient});
-      return run_norm_bwd(op, s, aligned16(op.dx.dx), dscale, dbias, workspace, stream, "norm backward");
-    });
+    return has_bias ? norm_bwd_typed<T, true>(c) : norm_bwd_typed<T, false>(c);
   });
 }
 

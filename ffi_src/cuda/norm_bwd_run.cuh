@@ -9,14 +9,6 @@
 
 namespace jaxnorm {
 
-// Calls f(std::bool_constant<kBiasGrad>) for the op that sums the bias gradient where there is a
-// bias, and only the scale's where there is none.
-template <class F>
-ffi::Error with_bias_grad(bool has_bias, F f) {
-  if (has_bias) return f(std::true_type{});
-  return f(std::false_type{});
-}
-
 // T: dy's type, A: the row read's (xin), Dx: where dx goes (norm_ops.cuh).
 template <class T, class A, bool kBiasGrad, class Dx>
 NormBwdOp<T, A, Dx, kBiasGrad> norm_bwd_op(const ffi::AnyBuffer& xin, const ffi::AnyBuffer& dy, const ffi::AnyBuffer& mean,

@@ -248,16 +248,15 @@ ffi::Error launch_select(cudaStream_t stream, SelectArgs<T> a, int64_t extra_sme
   return run_rows<T, kMode, kBias, false>(stream, g, general, what);
 }
 
-template ffi::Error launch_select<JAXNORM_TYPED, kSample, false>(cudaStream_t, SelectArgs<JAXNORM_TYPED>, int64_t,
-                                                                 const char*);
-template ffi::Error launch_select<JAXNORM_TYPED, kSample, true>(cudaStream_t, SelectArgs<JAXNORM_TYPED>, int64_t,
-                                                                const char*);
-template ffi::Error launch_select<JAXNORM_TYPED, kFilter, false>(cudaStream_t, SelectArgs<JAXNORM_TYPED>, int64_t,
-                                                                 const char*);
-template ffi::Error launch_select<JAXNORM_TYPED, kFilter, true>(cudaStream_t, SelectArgs<JAXNORM_TYPED>, int64_t,
-                                                                const char*);
+// JAXNORM_FLAG: kBias (a unit each, CMakeLists.txt); top_k takes no bias.
+template ffi::Error launch_select<JAXNORM_TYPED, kSample, JAXNORM_FLAG>(cudaStream_t, SelectArgs<JAXNORM_TYPED>,
+                                                                        int64_t, const char*);
+template ffi::Error launch_select<JAXNORM_TYPED, kFilter, JAXNORM_FLAG>(cudaStream_t, SelectArgs<JAXNORM_TYPED>,
+                                                                        int64_t, const char*);
+#if !JAXNORM_FLAG
 template ffi::Error launch_select<JAXNORM_TYPED, kTopK, false>(cudaStream_t, SelectArgs<JAXNORM_TYPED>, int64_t,
                                                                const char*);
+#endif
 
 }  // namespace sampling
 }  // namespace jaxnorm
