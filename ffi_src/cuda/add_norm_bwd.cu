@@ -14,8 +14,9 @@ ffi::Error AddNormBwdCuda(cudaStream_t stream, ffi::AnyBuffer hin, ffi::AnyBuffe
                           bool centered, bool has_scale, bool has_bias, bool memory_efficient, bool has_dh) {
   Rows s;
   JN_RETURN_IF_ERROR(check_add_norm_bwd(hin, dy, dh, *dx, scale, bias, has_scale, has_bias, has_dh, &s));
-  const AddNormBwdCall c{stream, hin,   dy,        dh, mean, rstd,     scale,     bias,     dx,
-                         dscale, dbias, workspace, s,  eps,  centered, has_scale, has_bias, memory_efficient,
+  const AddNormBwdCall c{{stream, hin, dy, mean, rstd, scale, bias, dx, dscale, dbias, workspace, s, eps,
+                          NormFlags{centered, has_scale, has_bias, memory_efficient}},
+                         dh,
                          has_dh};
   return dispatch_float<CudaTypes>(dy.element_type(), "dy", [&](auto t) {
     using T = typename decltype(t)::type;

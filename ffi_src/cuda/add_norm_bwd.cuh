@@ -3,28 +3,17 @@
 // (CMakeLists.txt), so that the build compiles them in parallel.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include "common/add_norm_args.h"
+#include "cuda/norm_bwd.cuh"
 
 namespace jaxnorm {
 
+// The norm backward's operands (xin: h, or y in memory-efficient mode; dx: dx + dh) and h's
+// cotangent dh.
 struct AddNormBwdCall {
-  cudaStream_t stream;
-  const ffi::AnyBuffer& hin;
-  const ffi::AnyBuffer& dy;
+  NormBwdCall norm;
   const ffi::AnyBuffer& dh;
-  const ffi::AnyBuffer& mean;
-  const ffi::AnyBuffer& rstd;
-  const ffi::AnyBuffer& scale;
-  const ffi::AnyBuffer& bias;
-  ffi::Result<ffi::AnyBuffer>& dx;
-  ffi::Result<ffi::AnyBuffer>& dscale;
-  ffi::Result<ffi::AnyBuffer>& dbias;
-  ffi::Result<ffi::AnyBuffer>& workspace;
-  Rows s;
-  float eps;
-  bool centered, has_scale, has_bias, memory_efficient, has_dh;
+  bool has_dh;
 };
 
 template <class T, bool kBiasGrad>

@@ -10,15 +10,15 @@ namespace jaxnorm {
 
 template <class T, bool kBiasGrad>
 ffi::Error add_norm_bwd_typed(const AddNormBwdCall& c) {
-  return dispatch_add_norm_bwd_for<CudaTypes, T>(c.dy.element_type(), c.hin.element_type(), c.dx->element_type(),
-                                                 c.memory_efficient, [&](auto, auto at, auto ht) {
+  const NormBwdCall& n = c.norm;
+  return dispatch_add_norm_bwd_for<CudaTypes, T>(n.dy.element_type(), n.xin.element_type(), n.dx->element_type(),
+                                                 n.flags.memory_efficient, [&](auto, auto at, auto ht) {
     using A = typename decltype(at)::type;
     using H = typename decltype(ht)::type;
-    const StorePlusDh<H> out{static_cast<H*>(c.dx->untyped_data()),
+    const StorePlusDh<H> out{static_cast<H*>(n.dx->untyped_data()),
                              c.has_dh ? static_cast<const H*>(c.dh.untyped_data()) : nullptr};
-    const auto op = norm_bwd_op<T, A, kBiasGrad>(c.hin, c.dy, c.mean, c.rstd, c.scale, c.bias, out, c.s, c.eps,
-                                                 NormFlags{c.centered, c.has_scale, c.has_bias, c.memory_efficient});
-    return run_norm_bwd(op, c.s, aligned16(out.dx) && aligned16(out.dh), c.dscale, c.dbias, c.workspace, c.stream,
+    const auto op = norm_bwd_op<T, A, kBiasGrad>(n.xin, n.dy, n.mean, n.rstd, n.scale, n.bias, out, n.s, n.eps, n.flags);
+    return run_norm_bwd(op, n.s, aligned16(out.dx) && aligned16(out.dh), n.dscale, n.dbias, n.workspace, n.stream,
                         "add_norm backward");
   });
 }
