@@ -164,7 +164,7 @@ def rows_cols(shape: Sequence[int], k: int) -> tuple[int, int]:
     return math.prod(shape[: len(shape) - k]), math.prod(shape[len(shape) - k :])
 
 
-def check_where(where, x, fn: str):
+def check_where(where, x, fn: str, x_name: str = "x"):
     where = as_array(where, fn, "where")
     if not (jnp.issubdtype(where.dtype, jnp.bool_) or jnp.issubdtype(where.dtype, jnp.integer)):
         raise TypeError(f"{fn}: `where` must be a boolean mask, got {np.dtype(where.dtype)}")
@@ -174,7 +174,7 @@ def check_where(where, x, fn: str):
         out = None
     if out != tuple(x.shape):
         raise ValueError(
-            f"{fn}: `where` of shape {tuple(where.shape)} does not broadcast to x's shape "
+            f"{fn}: `where` of shape {tuple(where.shape)} does not broadcast to {x_name}'s shape "
             f"{tuple(x.shape)}"
         )
     return jnp.broadcast_to(where.astype(jnp.bool_), x.shape)

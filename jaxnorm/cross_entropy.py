@@ -101,6 +101,8 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
     if logits.ndim == 0:
         raise ValueError(f"{fn}: `logits` must have a class axis, got a scalar")
     axes = _checks.canonical_axes(logits.ndim, axis, fn)
+    # Labels index the class axes' flattening in the order given, as optax's.
+    class_axes = [a % logits.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
     batch_axes = [i for i in range(logits.ndim) if i not in axes]
     batch_shape = tuple(logits.shape[i] for i in batch_axes)
     if tuple(labels.shape) != batch_shape:
@@ -118,7 +120,7 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
             return jnp.zeros(batch_shape, F32)
         return jnp.array(0.0 if reduction == "sum" else jnp.nan, F32)
 
-    perm = batch_axes + list(axes)
+    perm = batch_axes + class_axes
     if perm != list(range(logits.ndim)):
         logits = jnp.transpose(logits, perm)
         mask = None if mask is None else jnp.transpose(mask, perm)
@@ -187,19 +189,14 @@ def _split_where(where, logits, batch_shape, fn):
         if not (jnp.issubdtype(w.dtype, jnp.bool_) or jnp.issubdtype(w.dtype, jnp.integer)):
             raise TypeError(f"{fn}: `where` must be a boolean mask, got {np.dtype(w.dtype)}")
         return w.astype(jnp.bool_).reshape(-1), None
-    return None, _checks.check_where(w, logits, fn)
+    return None, _checks.check_where(w, logits, fn, "logits")
 
 
 def _labels32(labels, row_keep, ignore):
     """The labels as int32 (wider values clamped: still out of range) and the kernels' ignore
     index. Rows dropped by a per-row `where` take the ignore index (INT32_MIN when the caller
     ignores none; a label of INT32_MIN then moves to INT32_MIN + 1, out of range all the same)."""
-    info = np.iinfo(labels.dtype)
-    if info.max > INT32_MAX:
-        labels = jnp.minimum(labels, INT32_MAX)
-    if info.min < INT32_MIN:
-        labels = jnp.maximum(labels, INT32_MIN)
-    labels = labels.astype(jnp.int32)
+    labels = _checks.int32_clamped(labels, INT32_MIN, INT32_MAX)
     if row_keep is None:
         return labels, ignore
     if ignore == NO_IGNORE:
@@ -260,7 +257,8 @@ def _weighted_tangent_transpose(cts, d, dx):
     (ct,) = cts
     if type(ct) is ad.Zero:
         return [None, None]
-    return [None, (d * ct[:, None].astype(d.dtype)).astype(dx.aval.dtype)]
+    # In float32: a 16-bit copy of a cotangent such as 1/3 would bias every entry alike.
+    return [None, (d.astype(F32) * ct[:, None].astype(F32)).astype(dx.aval.dtype)]
 
 
 _weighted_tangent_p.def_transpose(_weighted_tangent_transpose)

@@ -100,11 +100,10 @@ def softmax_cross_entropy(logits, labels, *, axis=-1, where=None, label_smoothin
 
 
 def _cross_entropy_rows(logits, labels, *, axis, where, label_smoothing, z_loss, ignore_index):
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    axes = tuple(sorted(a % logits.ndim for a in axes))
+    axes = [a % logits.ndim for a in ((axis,) if isinstance(axis, int) else axis)]  # labels index in this order
     batch = [i for i in range(logits.ndim) if i not in axes]
     dt = _compute_dtype(logits)
-    x = jnp.transpose(logits, batch + list(axes)).astype(dt)
+    x = jnp.transpose(logits, batch + axes).astype(dt)
     x = x.reshape(*labels.shape, -1)
     cols = x.shape[-1]
     row_keep = None
@@ -112,7 +111,13 @@ def _cross_entropy_rows(logits, labels, *, axis, where, label_smoothing, z_loss,
         row_keep, where = jnp.asarray(where, bool), None
     if where is not None:
         where = jnp.broadcast_to(jnp.asarray(where, bool), logits.shape)
-        where = jnp.transpose(where, batch + list(axes)).reshape(x.shape)
+        where = jnp.transpose(where, batch + axes).reshape(x.shape)
+    live = jnp.ones(labels.shape, bool) if where is None else jnp.any(where, axis=-1)
+    if row_keep is not None:
+        live = live & row_keep
+    if ignore_index is not None:
+        live = live & (labels != ignore_index)
+    x = jnp.where(live[..., None], x, 0)  # a row without loss has no gradient, whatever its logits
     lse = jax.nn.logsumexp(x, axis=-1, where=where)
     valid = (labels >= 0) & (labels < cols)
     x_y = jnp.take_along_axis(x, jnp.clip(labels, 0, cols - 1)[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -123,12 +128,9 @@ def _cross_entropy_rows(logits, labels, *, axis, where, label_smoothing, z_loss,
         loss = loss + label_smoothing * (lse - mean)
     if z_loss:
         loss = loss + z_loss * lse**2
-    loss = jnp.where(valid, loss, jnp.nan)
-    live = jnp.ones(labels.shape, bool) if where is None else jnp.any(where, axis=-1)
-    if row_keep is not None:
-        live = live & row_keep
-    if ignore_index is not None:
-        live = live & (labels != ignore_index)
+    # An out-of-range label: NaN loss and a NaN gradient row (a product, which the gradient
+    # passes, where jnp.where would pass 0).
+    loss = loss * jnp.where(valid | ~live, 1.0, jnp.nan).astype(loss.dtype)
     return jnp.where(live, loss, 0.0)
 
 

@@ -115,8 +115,9 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
         drawing, so its token depends on neither the key nor the logits nor the parameters; the
         other rows draw exactly the tokens they draw without ``finished``.
       end_id: with ``finished`` (and only with it): a Python int in ``[0, vocab)`` (checked), or
-        an int array with one value per row. An array's values are not checked: a finished row
-        returns its end_id as given, even outside ``[0, vocab)`` (-1 included).
+        an int array with one value per row. A numpy array's values are known at trace time and
+        checked like the int's; a jax array's are not: a finished row returns its end_id as given,
+        even outside ``[0, vocab)`` (-1 included).
 
     Returns:
       int32 token ids, of shape ``logits.shape`` without ``axis`` (-1 for an unfinished row with no
@@ -127,7 +128,7 @@ def sample(key, logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, 
     keys = _key_rows(key, batch, fn)
     temps = _per_row(temperature, batch, fn, "temperature", 1.0, jnp.float32, _check_temperature)
     k, p, lmp = _filters(top_k, top_p, min_p, batch, x.shape[1], fn)
-    b = _bias(bias, logits, x.shape[1], fn)
+    b = jax.lax.stop_gradient(_bias(bias, logits, x.shape[1], fn))  # tokens: no gradient
     fin, eid = _finished(finished, end_id, batch, x.shape[1], fn)
     if x.shape[0] == 0:
         return jnp.zeros(batch, jnp.int32)
@@ -168,8 +169,8 @@ def filter_logits(logits, *, top_k=None, top_p=None, min_p=None, axis=-1, bias=N
     return jnp.moveaxis(y.reshape(*batch, x.shape[1]), -1, _axis(logits, axis, fn))
 
 
-def top_k(operand, k):
-    """The ``k`` largest entries of the last axis and their indices: a drop-in for ``lax.top_k``.
+def top_k(operand, k, *, axis=-1):
+    """The ``k`` largest entries along ``axis`` and their indices: a drop-in for ``lax.top_k``.
 
     Same order and tie rule: values in descending order, equal values by ascending index; NaN
     sorts above ``+inf`` (and ``-NaN`` below ``-inf``), ``-0`` below ``+0``, like ``lax.top_k``.
@@ -178,20 +179,28 @@ def top_k(operand, k):
     ``TOP_K_MAX`` (2048) is computed by ``lax.top_k`` instead, as this docstring says.
 
     Returns:
-      (values, indices): values of ``operand``'s dtype, int32 indices, both of shape
-      ``operand.shape[:-1] + (k,)``.
+      (values, indices): values of ``operand``'s dtype, int32 indices, both of ``operand``'s shape
+      with ``axis`` of size ``k``.
     """
     fn = "top_k"
     operand = _checks.as_array(operand, fn, "operand")
     _checks.check_input_dtype(operand, fn, "operand")
     if operand.ndim == 0:
         raise ValueError(f"{fn}: `operand` must have at least one axis, got a scalar")
-    cols = operand.shape[-1]
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{fn}: `axis` must be an int, got {axis!r}")
+    if not -operand.ndim <= axis < operand.ndim:
+        raise ValueError(f"{fn}: axis {axis} is out of range for `operand` of shape {tuple(operand.shape)}")
+    axis = int(axis) % operand.ndim
+    cols = operand.shape[axis]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"{fn}: `k` must be a Python int, got {type(k).__name__}")
     k = int(k)
     if not 0 <= k <= cols:
-        raise ValueError(f"{fn}: `k` must lie in [0, {cols}] (the last axis of shape {tuple(operand.shape)}), got {k}")
+        raise ValueError(f"{fn}: `k` must lie in [0, {cols}] (axis {axis} of shape {tuple(operand.shape)}), got {k}")
+    if axis != operand.ndim - 1:
+        values, idx = top_k(jnp.moveaxis(operand, axis, -1), k)
+        return jnp.moveaxis(values, -1, axis), jnp.moveaxis(idx, -1, axis)
     if k > TOP_K_MAX:
         return jax.lax.top_k(operand, k)
     lead = operand.shape[:-1]
@@ -344,7 +353,9 @@ def _bias(bias, logits, vocab, fn):
             f"{fn}: `bias` must have shape ({vocab},), the vocabulary axis of `logits` of shape "
             f"{tuple(logits.shape)}, got {tuple(bias.shape)}"
         )
-    return jax.lax.stop_gradient(bias).astype(jnp.float32)
+    # No stop_gradient here: filter_logits' output holds logits + bias, so differentiating it by
+    # the bias must raise as by the logits (no JVP rule), not give a silent 0 (`sample` stops it).
+    return bias.astype(jnp.float32)
 
 
 def _finished(finished, end_id, batch, vocab, fn):

@@ -838,6 +838,32 @@ def test_logits_update_bad_arguments(kw, err, match):
         jax.jit(lambda x: jaxnorm.sample(jax.random.key(0), x, **kw))(x)
 
 
+@pytest.mark.parametrize("axis", [0, 1, -2])
+def test_top_k_axis_as_lax(axis, rng):
+    """`axis` as lax.top_k's: values and indices along it, ties by the lower index, gradients."""
+    x = jnp.asarray(rng.integers(0, 6, size=(7, 9, 5)), F32)  # many ties
+    ours, theirs = jaxnorm.top_k(x, 3, axis=axis), jax.lax.top_k(x, 3, axis=axis)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ct = jnp.asarray(rng.normal(size=ours[0].shape), F32)
+    g = jax.grad(lambda x: jnp.sum(jaxnorm.top_k(x, 3, axis=axis)[0] * ct))(x)
+    np.testing.assert_array_equal(g, jax.grad(lambda x: jnp.sum(jax.lax.top_k(x, 3, axis=axis)[0] * ct))(x))
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
+        jaxnorm.top_k(x, 3, axis=3)
+
+
+def test_filter_logits_has_no_gradient_by_bias_either():
+    """filter_logits returns logits + bias where kept: differentiating by the bias raises as by
+    the logits (the op is forward-only), never a silent zero."""
+    x, b = jnp.ones((2, 4), F32), jnp.zeros((4,), F32)
+    for argnum in (0, 1):
+        with pytest.raises(NotImplementedError):
+            jax.grad(lambda x, b: jnp.sum(jaxnorm.filter_logits(x, bias=b, top_k=2)), argnum)(x, b)
+    # sample's tokens are integers: a bias beside a differentiated path stays allowed
+    g = jax.grad(lambda b: jnp.sum(b) + jaxnorm.sample(jax.random.key(0), x, bias=b).sum())(b)
+    np.testing.assert_array_equal(g, np.ones(4, np.float32))
+
+
 def test_filter_bias_bad_arguments():
     with pytest.raises(ValueError, match=r"filter_logits: `bias` must have shape \(10,\)"):
         jaxnorm.filter_logits(jnp.ones((4, 10), F32), bias=jnp.ones((9,), F32))
