@@ -18,42 +18,36 @@ WIDTHS=${WIDTHS:-1024,4096,16384,32768,65536,131072,262144}
 STAGES=${STAGES:-"bench quack"}
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
-# The 92 MB cu13 wheel is over a call's carry limit: it comes as `split -b 41000000` parts over
-# consecutive calls on one warm machine. Each part seen is kept in /tmp, and the wheel is rebuilt
-# there once all three are; the install is kept too, so later calls skip all of this.
+# QuACK's wheels travel in .whl (git-ignored; benchmarks/quack_wheels.sh makes them). Its 92 MB
+# cu13 libraries wheel is over a call's carry limit beside the tree, so its files travel as an xz
+# tar (63.5 MB) in two parts, cu13.txz.part00 (in .whl, with the small wheels) and part01 (in a
+# second call's WHL_DIR), over consecutive calls on one warm machine. Each part and wheel seen is
+# kept in /tmp, and the install, once all are there, in $SITE, so later calls skip all of this.
 SITE=/tmp/site-quack
-CU13=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
 shopt -s nullglob
-WHL=${WHL_DIR:-.whl}  # WHL_DIR: another carried folder of wheels (a second call's parts)
-for part in $WHL/cu13.part0[0-2]; do cp "$part" /tmp/; done
-if [ ! -f $SITE/.complete ] && [ ! -f $CU13 ]; then
-  if [ -f /tmp/cu13.part00 ] && [ -f /tmp/cu13.part01 ] && [ -f /tmp/cu13.part02 ]; then
-    cat /tmp/cu13.part00 /tmp/cu13.part01 /tmp/cu13.part02 > $CU13.tmp
-    if python3 -m zipfile -t $CU13.tmp > /dev/null 2>&1; then mv $CU13.tmp $CU13
-    else echo "QuACK: the reassembled cu13 wheel is not a valid zip (stale parts?)"; rm -f $CU13.tmp; fi
-  else
-    echo "QuACK: cu13 wheel parts in /tmp:" /tmp/cu13.part0?
-  fi
-fi
-# The small wheels are kept in /tmp too, so the call that brings the last parts need not carry them.
+WHL=${WHL_DIR:-.whl}
 mkdir -p /tmp/quack-whl
+for part in $WHL/cu13.txz.part0[01]; do cp "$part" /tmp/; done
 for w in $WHL/*.whl; do cp "$w" /tmp/quack-whl/; done
-wheels=() missing=()
-for w in quack_kernels nvidia_cutlass_dsl nvidia_cutlass_dsl_libs_base nvidia_cutlass_dsl_libs_core apache_tvm_ffi \
-         torch_c_dlpack_ext jax_tvm_ffi einops; do
-  found=(/tmp/quack-whl/$w-*.whl); [ ${#found[@]} -gt 0 ] && wheels+=("${found[@]}") || missing+=($w)
-done
-[ -f $CU13 ] || missing+=(nvidia_cutlass_dsl_libs_cu13)
 if [ -f $SITE/.complete ]; then
   echo "QuACK: installed by an earlier call on this machine ($SITE)"
-elif [ -f $CU13 ] && [ -f "${wheels[0]}" ] && [[ ${wheels[0]} == *quack_kernels* ]]; then
-  # One install: a second --target install into $SITE would replace nvidia_cutlass_dsl/.
-  rm -rf $SITE
-  python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE "${wheels[@]}" $CU13 2>&1 | tail -3 &&
-    touch $SITE/.complete && echo "QuACK: installed${missing:+ without ${missing[*]}}" ||
-    echo "QuACK: the install failed: the benchmark runs without it"
 else
-  echo "QuACK: not installed, missing ${missing[*]}: the benchmark runs without it"
+  missing=()
+  for w in quack_kernels nvidia_cutlass_dsl nvidia_cutlass_dsl_libs_base nvidia_cutlass_dsl_libs_core apache_tvm_ffi \
+           torch_c_dlpack_ext jax_tvm_ffi einops; do
+    found=(/tmp/quack-whl/$w-*.whl); [ ${#found[@]} -gt 0 ] || missing+=($w)
+  done
+  for p in 00 01; do [ -f /tmp/cu13.txz.part$p ] || missing+=(cu13.txz.part$p); done
+  if [ ${#missing[@]} -eq 0 ]; then
+    # One --target install for the wheels (a second would replace nvidia_cutlass_dsl/), then the
+    # cu13 files unpacked into the same tree, as its wheel would have put them.
+    rm -rf $SITE
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/quack-whl/*.whl 2>&1 | tail -3 &&
+      cat /tmp/cu13.txz.part00 /tmp/cu13.txz.part01 | tar xJf - -C $SITE && touch $SITE/.complete &&
+      echo "QuACK: installed" || echo "QuACK: the install failed: the benchmark runs without it"
+  else
+    echo "QuACK: not installed, missing ${missing[*]}: the benchmark runs without it"
+  fi
 fi
 [ -f $SITE/.complete ] && export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 

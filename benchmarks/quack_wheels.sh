@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the development machine (the package registry reachable): QuACK's wheels for gpu_rows.sh,
+# into .whl (the small wheels and the first part of the cu13 libraries) and .whl2 (the second
+# part). The cu13 wheel (92 MB) is over a call's carry limit beside the tree, so its files go as
+# an xz tar in two parts, carried by two consecutive calls (gpu_rows.sh says how).
+#   bash benchmarks/quack_wheels.sh [DIR1 DIR2]      (~4 min, most of it xz)
+set -euo pipefail
+D1=${1:-.whl} D2=${2:-.whl2}
+tmp=$(mktemp -d)
+python3 -m pip download -q --no-deps --python-version 3.12 --platform manylinux_2_28_x86_64 --only-binary=:all: \
+  -d "$tmp" quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
+  nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 apache-tvm-ffi jax-tvm-ffi==0.1.3 \
+  torch-c-dlpack-ext einops
+mkdir -p "$tmp/cu13" "$D1" "$D2"
+(cd "$tmp/cu13" && python3 -m zipfile -e "$tmp"/nvidia_cutlass_dsl_libs_cu13-*.whl . && tar cf - . | xz -T0 -9e) > "$tmp/cu13.txz"
+rm "$tmp"/nvidia_cutlass_dsl_libs_cu13-*.whl
+split -n 2 -d "$tmp/cu13.txz" "$tmp/cu13.txz.part"
+mv "$tmp"/*.whl "$tmp/cu13.txz.part00" "$D1"/
+mv "$tmp/cu13.txz.part01" "$D2"/
+rm -rf "$tmp"
+du -sh "$D1" "$D2"
