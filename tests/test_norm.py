@@ -53,14 +53,11 @@ def test_memory_efficient_wide_rows(op, shape, rng):
     check_op(op, rng, shape, BF16, bounded_scale=True, memory_efficient=True)
 
 
-# 16-bit RMSNorm's clusters of 16 and 8 run staged (staged_fwd.cuh): a persistent grid whose
-# workers take several rows each, so its row buffers and their mbarrier phases turn over; a
-# partial last segment (200000 and 100000 columns); with and without the scale (LayerNorm's
-# one-shot tiles alike). Clusters of 8 run staged only from 8 rows a worker (~33 workers on an
-# H100 or H200): 300 rows.
+# 16-bit RMSNorm's clusters of 16 run staged (staged_fwd.cuh): a persistent grid whose workers
+# take several rows each, so its two row buffers and their mbarrier phases turn over; a partial
+# last segment (200000 columns); with and without the scale (LayerNorm's one-shot tiles alike).
 @op_and_param_subsets()
-@pytest.mark.parametrize("shape,dtype", [((40, 262144), "bfloat16"), ((24, 200000), "float16"),
-                                         ((300, 131072), "bfloat16"), ((300, 100000), "float16")], ids=str)
+@pytest.mark.parametrize("shape,dtype", [((40, 262144), "bfloat16"), ((24, 200000), "float16")], ids=str)
 @pytest.mark.wide
 def test_many_wide_rows(op, names, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype], names=names)

@@ -39,12 +39,12 @@ struct NormFwdOp {
   using Stats = std::conditional_t<kCentered, Welford, float>;
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
   // Clusters of 16 one-shot only where that measured faster (tile_choice.h); the exchange by
-  // st.async for 16-bit LayerNorm only (row_reduce.cuh); 16-bit RMSNorm's clusters of 8 and 16
-  // staged (staged_fwd.cuh).
-  static constexpr TileBudget kBudget = with_staged_clusters(
+  // st.async for 16-bit LayerNorm only (row_reduce.cuh); 16-bit RMSNorm's clusters of 16 staged
+  // (staged_fwd.cuh).
+  static constexpr TileBudget kBudget = with_staged_cluster(
       with_async_exchange(with_small_spread(sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget),
                           kCentered && sizeof(T) == 2),
-      !kCentered && sizeof(T) == 2 ? 16 | 8 : 0);
+      !kCentered && sizeof(T) == 2 ? 16 : 0);
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.

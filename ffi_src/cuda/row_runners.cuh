@@ -48,9 +48,9 @@ struct FwdRunner {
     }
     if constexpr (staged_tile<Op, kTPR, kBlock, kPacks, kCluster>()) {
       auto staged = staged_fwd_kernel<Op, kCluster>;
-      constexpr size_t smem = staged_smem<Op, staged_stages<kCluster>()>();
+      constexpr size_t smem = staged_smem<Op>();
       static const int staged_resident = resident_workers(staged, kBlock, kCluster, smem);
-      if (staged_resident > 0 && (kCluster >= 16 || rows >= int64_t{kStagedMinRowsPerWorker} * staged_resident)) {
+      if (staged_resident > 0) {
         const int64_t workers = std::min<int64_t>(rows, staged_resident);
         return launch_with_smem(staged, dim3(workers * kCluster), dim3(kBlock), kCluster, smem, stream, what, op, rows,
                                 cols);

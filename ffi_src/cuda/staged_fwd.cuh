@@ -1,21 +1,16 @@
-// The 16-bit RMSNorm forward's cluster tiles (256 threads x 8 packs a CTA, 16384 columns) as a
-// persistent grid that keeps each CTA's column slice of the scale in shared memory for all of its
-// rows and stages each row's x there by bulk asynchronous copies (cp.async.bulk on an mbarrier).
-// The one-shot tiles read a CTA's 64 KB (RMSNorm) or 128 KB (LayerNorm) of float32 parameters
-// from L2 for every 32 KB row slice of x: without those reads the same kernels ran 1-9% (RMSNorm)
-// and 13-29% (LayerNorm) faster (results/h100-rows.md, v25). Here they are read from L2 once a
-// CTA; the copies keep the bytes in flight that a CTA's own loads would not. But a CTA runs its
-// rows' chains one after another, where the one-shot tiles overlap four an SM. Measured against
-// them (results/h100-rows.md, v26, v27, v32):
-// - one CTA an SM, two stages: RMSNorm 0.93x at 32768-65536 columns, 0.99x at 131072, 1.04x at
-//   262144 (clusters of 16, where a cluster tile of any shape gets only 7 clusters, 112 of the
-//   132 SMs); LayerNorm 0.99-1.02x on the H100, 0.81x on the H200 at 262144;
-// - two CTAs an SM, one stage (v32, H200): RMSNorm 1.03x at 131072 (clusters of 8), 1.01x at
-//   65536, 0.99x at 32768, 0.97x at 262144 (still 7 x 2 clusters of 16); LayerNorm, its bias
-//   read from global memory for lack of shared memory, 0.75-0.86x.
-// So 16-bit RMSNorm's clusters of 16 run staged one CTA an SM, its clusters of 8 two an SM (the
-// budget's staged_clusters), each with the st.async exchange, and only where a worker has several
-// rows: with one or two (64 x 131072) the staged tile ran 0.88x.
+// The 16-bit norm forwards' cluster tiles (256 threads x 8 packs a CTA, 16384 columns) as a
+// persistent grid, one CTA an SM, that keeps its column slice's scale (and bias) in shared
+// memory for all of its rows and stages each row's x there by bulk asynchronous copies
+// (cp.async.bulk on an mbarrier), two rows ahead. The one-shot tiles read a CTA's 64 KB (RMSNorm)
+// or 128 KB (LayerNorm) of float32 parameters from L2 for every 32 KB row slice of x: without
+// those reads the same kernels ran 1-9% (RMSNorm) and 13-29% (LayerNorm) faster
+// (results/h100-rows.md, v25). Here they are read from L2 once a CTA; the copies keep the bytes
+// in flight that one CTA an SM would not have from its own loads. But a CTA runs its rows' chains
+// one after another, where the one-shot tiles overlap four an SM: measured against them (v26,
+// v27), staged RMSNorm ran 0.93x at 32768-65536 columns, 0.99x at 131072 and 1.04x at 262144,
+// LayerNorm 0.99-1.02x (behind its one-shot tiles with the st.async exchange). So only the clusters
+// of 16 of 16-bit RMSNorm run staged (the budget's staged_cluster), with the st.async exchange it
+// was measured with.
 #pragma once
 
 #include "cuda/bulk_stage.cuh"
@@ -27,30 +22,15 @@ namespace jaxnorm {
 constexpr int kStagedThreads = 256, kStagedPacks = 8;
 
 // Whether the tile (tpr, block, packs, cluster) of Op runs staged: a 16-bit norm cluster tile of
-// one of its budget's staged_clusters sizes, holding x as loaded, with parameters to keep.
+// its budget's staged_cluster CTAs, holding x as loaded, with parameters to keep.
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool staged_tile() {
-  return (Op::kBudget.staged_clusters & kCluster) != 0 && kTPR == kStagedThreads && kBlock == kStagedThreads &&
+  return kCluster == Op::kBudget.staged_cluster && kTPR == kStagedThreads && kBlock == kStagedThreads &&
          kPacks == kStagedPacks && kCluster >= 2 && Op::kParamFloats > 0 && holds_raw<Op, kPacks>() &&
          Specializes<Op>::value;
 }
-// CTAs an SM for clusters of kCluster: one at 16, where only 7 x (CTAs an SM) clusters are
-// resident, so two an SM halve each CTA's share of the bandwidth for nothing (0.97x); two below,
-// overlapping two rows' chains on an SM (1.01-1.03x). Each stages as many rows ahead as fit
-// beside the parameters: two at one an SM, one at two (2 x 96 KB for RMSNorm).
-template <int kCluster>
-constexpr int staged_ctas_per_sm() {
-  return kCluster >= 16 ? 1 : 2;
-}
-template <int kCluster>
-constexpr int staged_stages() {
-  return 3 - staged_ctas_per_sm<kCluster>();
-}
-// Below clusters of 16, a staged launch needs this many rows a worker (else the one-shot tiles
-// run): measured at 32 rows a worker (won) and 2 (lost), not between.
-constexpr int kStagedMinRowsPerWorker = 8;
 
-// Dynamic shared memory: the slice's parameters (float32), then kStages row slices of x.
+// Dynamic shared memory: the slice's parameters (float32), then two row slices of x.
 template <class Op>
 constexpr size_t staged_params_bytes() {
   return static_cast<size_t>(Op::kParamFloats) * kStagedPacks * kStagedThreads * kVecOf<typename Op::Type> * 4;
@@ -59,22 +39,20 @@ template <class Op>
 constexpr size_t staged_row_bytes() {
   return static_cast<size_t>(kStagedPacks) * kStagedThreads * kVecOf<typename Op::Type> * sizeof(typename Op::Type);
 }
-template <class Op, int kStages>
+template <class Op>
 constexpr size_t staged_smem() {
-  return staged_params_bytes<Op>() + kStages * staged_row_bytes<Op>();
+  return staged_params_bytes<Op>() + 2 * staged_row_bytes<Op>();
 }
 
 template <class Op, int kCluster>
-__global__ void __launch_bounds__(kStagedThreads, staged_ctas_per_sm<kCluster>())
-    staged_fwd_kernel(Op op, int64_t rows, int64_t cols) {
-  constexpr int kStages = staged_stages<kCluster>();
+__global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>, W = kStagedThreads * V, P = kStagedPacks, S = W * kCluster;
   extern __shared__ __align__(128) unsigned char staged_dyn[];
   float* const prm = reinterpret_cast<float*>(staged_dyn);  // [kParamFloats][P * W]
-  T* const xs = reinterpret_cast<T*>(staged_dyn + staged_params_bytes<Op>());  // [kStages][P * W]
-  __shared__ alignas(8) unsigned long long full[kStages];
+  T* const xs = reinterpret_cast<T*>(staged_dyn + staged_params_bytes<Op>());  // [2][P * W]
+  __shared__ alignas(8) unsigned long long full[2];
   __shared__ RowReduceSmem<Stats, kStagedThreads / 32, true> red;
   const unsigned rank = blockIdx.x % kCluster;
   const int64_t worker = blockIdx.x / kCluster, workers = gridDim.x / kCluster;
@@ -83,11 +61,11 @@ __global__ void __launch_bounds__(kStagedThreads, staged_ctas_per_sm<kCluster>()
   const unsigned local = split ? first - lane * (V / 2) : first;  // the thread's columns in a segment
   const unsigned col0 = rank * W + local;
   const int left = static_cast<int>(min(max(cols - static_cast<int64_t>(col0), int64_t{0}), int64_t{0x7fffffff}));
-  if (threadIdx.x == 0) init_stage_barriers(full, kStages);
+  if (threadIdx.x == 0) init_stage_barriers(full, 2);
   row_reduce_init<kCluster>(red);
   __syncthreads();  // the mbarriers initialized
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < 2; ++i) {
       const int64_t row = worker + i * workers;
       if (row < rows) stage_slices<kCluster, W, P>(row, cols, rank, smem_addr(&full[i]), op.x, xs + i * P * W);
     }
@@ -101,8 +79,8 @@ __global__ void __launch_bounds__(kStagedThreads, staged_ctas_per_sm<kCluster>()
   __syncthreads();
   int iter = 0;
   for (int64_t row = worker; row < rows; row += workers, ++iter) {
-    const int b = kStages == 1 ? 0 : iter & 1;
-    wait_phase<true>(&full[b], (iter / kStages) & 1);  // the copies' bytes landed
+    const int b = iter & 1;
+    wait_phase<true>(&full[b], (iter >> 1) & 1);  // the copies' bytes landed
     const T* const xrow = xs + b * P * W;
     Pack<T, V> raw[P];
     bool ok[P];
@@ -113,10 +91,10 @@ __global__ void __launch_bounds__(kStagedThreads, staged_ctas_per_sm<kCluster>()
     }
     const Stats mine = op.thread_stats(raw, ok);
     // Every thread's statistics (so its reads of the buffer) are in before the CTA barrier in
-    // row_allreduce; after it the buffer takes the row kStages ahead.
+    // row_allreduce; after it the buffer takes the row two ahead.
     const Stats s = row_allreduce<kStagedThreads, kCluster>(mine, typename Op::Merge{}, red, iter);
-    if (threadIdx.x == 0 && row + kStages * workers < rows)
-      stage_slices<kCluster, W, P>(row + kStages * workers, cols, rank, smem_addr(&full[b]), op.x, xs + b * P * W);
+    if (threadIdx.x == 0 && row + 2 * workers < rows)
+      stage_slices<kCluster, W, P>(row + 2 * workers, cols, rank, smem_addr(&full[b]), op.x, xs + b * P * W);
     const auto r = op.finalize(s, mine, row, threadIdx.x == 0 && rank == 0);
     const auto store_packs = [&](const Op& o) {
 #pragma unroll

@@ -29,7 +29,7 @@ struct TileBudget {
   int cluster_packs = 0;
   bool spread_small = false;  // spread_small_launch may give a launch of few rows one pack a thread
   bool async_exchange = false;  // cluster tiles exchange by st.async (row_reduce.cuh)
-  int staged_clusters = 0;  // forward cluster tiles of these sizes (a mask of them) run staged (staged_fwd.cuh)
+  int staged_cluster = 0;  // forward cluster tiles of this many CTAs run staged (staged_fwd.cuh)
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -96,10 +96,9 @@ constexpr TileBudget with_async_exchange(TileBudget budget, bool on = true) {
   budget.async_exchange = on;
   return budget;
 }
-// A budget whose forward cluster tiles of the sizes in the mask `clusters` run staged
-// (staged_fwd.cuh says where).
-constexpr TileBudget with_staged_clusters(TileBudget budget, int clusters) {
-  budget.staged_clusters = clusters;
+// A budget whose forward cluster tiles of `cluster` CTAs run staged (staged_fwd.cuh says where).
+constexpr TileBudget with_staged_cluster(TileBudget budget, int cluster) {
+  budget.staged_cluster = cluster;
   return budget;
 }
 // Few rows (at most 128 threads a row and one 128-thread CTA of them an SM, `sms` the device's)
