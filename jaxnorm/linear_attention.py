@@ -106,6 +106,14 @@ def _jvp(primals, tangents, *, normalize, eps, reverse, f32_out):
     return (out, den), (dout.astype(out.dtype), dden)
 
 
+def _unit_shift(x):
+    """The power of two (an exponent, float32) that brings max |x| near 1: 0 for an all-zero or
+    non-finite x, whose values the scaling must not change."""
+    top = jnp.max(jnp.abs(x))
+    ok = (top > 0) & jnp.isfinite(top)
+    return jnp.where(ok, jnp.round(jnp.log2(jnp.where(ok, top, 1.0))), 0.0)
+
+
 def _transpose(cts, *operands, normalize, eps, reverse, f32_out):
     """Cotangents of the unnormalized kernel: num_i = sum_j s(i, j) c_j, den_i = sum_j s(i, j),
     s(i, j) = a_i . b_j (+ alpha_i beta_j). Those of a, b and c are the kernel again, the
@@ -121,16 +129,30 @@ def _transpose(cts, *operands, normalize, eps, reverse, f32_out):
     num_zero, den_zero = type(ct_num) is ad.Zero, type(ct_den) is ad.Zero
     if num_zero and den_zero:
         return [_zeros(x) if u else None for x, u in zip(operands, undefined)]
-    ct_num = jnp.zeros(_aval(c).shape, dtype) if num_zero else _as(ct_num, dtype)
     f32 = jnp.float32
+    ct_den = None if den_zero else ct_den
+    # float16: the normalized output's numerator cotangent, ct / (den + eps), falls below
+    # float16's range as den grows with the position (dv was 79% zeros at 2048 positions):
+    # bring its largest |entry| to 1 by a power of two before rounding it, the normalizer's
+    # cotangent alike (the kernels are linear in the pair), and undo it, exactly, on their
+    # float32 outputs.
+    shift = None
+    if dtype == jnp.float16 and not num_zero:
+        ct_num = ct_num.astype(f32)
+        shift = _unit_shift(ct_num)
+        ct_num = ct_num * jnp.exp2(-shift)
+        ct_den = None if ct_den is None else ct_den * jnp.exp2(-shift)
+    ct_num = jnp.zeros(_aval(c).shape, dtype) if num_zero else _as(ct_num, dtype)
     out = [None] * len(operands)
 
     def kernel(x, y, z, al, be, rev):
-        return _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev)[0]
+        if shift is None:
+            return _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev)[0]
+        r = _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev, f32_out=True)[0]
+        return (r * jnp.exp2(shift)).astype(dtype)
 
     rows_len = ct_num.shape[:2]
     ones = None if den_zero else jnp.ones(rows_len, f32)
-    ct_den = None if den_zero else ct_den
     if undefined[0]:  # d/da_i = sum_{j<=i} (ct_i . c_j + ct_den_i) b_j
         out[0] = kernel(ct_num, c, b, ct_den, ones, reverse)
     if undefined[1]:  # d/db_j = sum_{i>=j} (c_j . ct_i + ct_den_i) a_i
@@ -138,9 +160,8 @@ def _transpose(cts, *operands, normalize, eps, reverse, f32_out):
         if ct_den is not None and dtype == jnp.float16:
             # The kernel rounds beta to float16 for its running sums (of beta c): bring the
             # largest |ct_den| to 1 by a power of two, undone exactly through alpha.
-            top = jnp.max(jnp.abs(ct_den))
-            shift = jnp.where(top > 0, jnp.round(jnp.log2(jnp.where(top > 0, top, 1.0))), 0.0)
-            al, be = ones * jnp.exp2(shift), ct_den * jnp.exp2(-shift)
+            t = _unit_shift(ct_den)
+            al, be = ones * jnp.exp2(t), ct_den * jnp.exp2(-t)
         out[1] = kernel(c, ct_num, a, al, be, not reverse)
     if undefined[2]:  # d/dc_j = sum_{i>=j} s(i, j) ct_i
         out[2] = kernel(b, a, ct_num, beta, alpha, not reverse)
@@ -192,9 +213,10 @@ def _check(fn, q, k, v, feature_map, eps, layout):
         raise ValueError(f"{fn}: `layout` must be one of {LAYOUTS}, got {layout!r}")
     if not (callable(feature_map) or feature_map in FEATURE_MAPS):
         raise ValueError(f"{fn}: `feature_map` must be one of {FEATURE_MAPS} or a callable, got {feature_map!r}")
-    if not isinstance(eps, (int, float, np.floating)) or isinstance(eps, bool) or not eps >= 0:
-        raise ValueError(f"{fn}: `eps` must be a Python float >= 0, got {eps!r}")
-    return q, k, v
+    eps = _checks.static_float(eps, fn, "eps")
+    if not eps >= 0:
+        raise ValueError(f"{fn}: `eps` must be >= 0, got {eps!r}")
+    return q, k, v, eps
 
 
 def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callable = "elu+1",
@@ -220,24 +242,30 @@ def linear_attention(q, k, v, *, causal: bool = True, feature_map: str | Callabl
       ``out`` in q's layout and dtype (with ``return_state``: ``(out, (S, z))``).
     """
     fn = "linear_attention"
-    q, k, v = _check(fn, q, k, v, feature_map, eps, layout)
+    q, k, v, eps = _check(fn, q, k, v, feature_map, eps, layout)
+    causal = _checks.static_bool(causal, fn, "causal")
+    normalize = _checks.static_bool(normalize, fn, "normalize")
+    return_state = _checks.static_bool(return_state, fn, "return_state")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"{fn}: q, k and v must be rank 4 ({layout}), got shapes "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if layout == "BLHD":
-        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+    # The shapes as given (before "BLHD" is transposed), for the messages.
+    given = {"q": tuple(q.shape), "v": tuple(v.shape)}
+    leading = "batch, heads and len" if layout == "BHLD" else "batch, len and heads"
     if k.shape != q.shape:
         raise ValueError(f"{fn}: `k` must have q's shape {tuple(q.shape)}, got {tuple(k.shape)} ({layout})")
     if v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"{fn}: `v` must share q's batch, heads and len {tuple(q.shape[:3])}, "
+        raise ValueError(f"{fn}: `v` must share q's {leading} {tuple(q.shape[:3])}, "
                          f"got shape {tuple(v.shape)} ({layout})")
+    if layout == "BLHD":
+        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
     qm, km = _mapped(fn, q, k, feature_map)
     batch, heads, length, d_k = qm.shape
     d_v = v.shape[3]
     for name, d in (("d_k (feature_map's width)" if callable(feature_map) else "d_k", d_k), ("d_v", d_v)):
         if d not in HEAD_DIMS:
-            raise ValueError(f"{fn}: {name} must be one of {HEAD_DIMS}, got {d} (shapes q {tuple(q.shape)}, "
-                             f"phi(q) {tuple(qm.shape)}, v {tuple(v.shape)})")
+            raise ValueError(f"{fn}: {name} must be one of {HEAD_DIMS}, got {d} (shapes q {given['q']}, "
+                             f"v {given['v']} ({layout}), phi's width {d_k})")
     if length >= 2**31 - 1:
         raise ValueError(f"{fn}: len must be below 2^31 - 1, got {length}")
     if causal:
@@ -279,7 +307,9 @@ def linear_attention_step(q, k, v, state, *, feature_map: str | Callable = "elu+
       q, k: ``[batch, heads, d_k]``; v: ``[batch, heads, d_v]``; one dtype.
       state: ``(S [batch, heads, d_k, d_v], z [batch, heads, d_k])`` float32 (d_k: feature_map's
         width), as returned by
-        ``linear_attention(..., return_state=True)`` or a previous step (zeros to start).
+        ``linear_attention(..., return_state=True)`` or a previous step (zeros to start); a
+        state of another float dtype is taken in float32. The step is jnp, not a kernel: any
+        d_k and d_v.
 
     Returns:
       ``(out [batch, heads, d_v], new_state)``: the same as the causal ``linear_attention`` at
@@ -287,7 +317,8 @@ def linear_attention_step(q, k, v, state, *, feature_map: str | Callable = "elu+
       into one pass.
     """
     fn = "linear_attention_step"
-    q, k, v = _check(fn, q, k, v, feature_map, eps, "BHLD")
+    q, k, v, eps = _check(fn, q, k, v, feature_map, eps, "BHLD")
+    normalize = _checks.static_bool(normalize, fn, "normalize")
     if q.ndim != 3 or k.shape != q.shape or v.ndim != 3 or v.shape[:2] != q.shape[:2]:
         raise ValueError(f"{fn}: q, k must be [batch, heads, d_k] and v [batch, heads, d_v], got shapes "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")

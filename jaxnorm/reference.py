@@ -413,10 +413,19 @@ def linear_attention(q, k, v, *, causal=True, feature_map="elu+1", normalize=Tru
     dt = _compute_dtype(q)
     qm, km = linear_attention_feature_map(q, feature_map), linear_attention_feature_map(k, feature_map)
     a = jnp.einsum("bhik,bhjk->bhij", qm, km, precision="highest")
+    vd = v.astype(dt)
     if causal:
         n = q.shape[2]
-        a = jnp.where(jnp.tril(jnp.ones((n, n), bool)), a, 0)
-    out = jnp.einsum("bhij,bhjv->bhiv", a, v.astype(dt), precision="highest")
+        keep = jnp.tril(jnp.ones((n, n), bool))
+        a = jnp.where(keep, a, 0)
+        # A product with the masked zeros would carry a later non-finite v back to earlier
+        # positions (0 * inf): with one, the masked sum of products, per (i, j) pair.
+        out = jax.lax.cond(
+            jnp.isfinite(vd).all(),
+            lambda: jnp.einsum("bhij,bhjv->bhiv", a, vd, precision="highest"),
+            lambda: jnp.where(keep[..., None], a[..., None] * vd[:, :, None], 0).sum(3))
+    else:
+        out = jnp.einsum("bhij,bhjv->bhiv", a, vd, precision="highest")
     if normalize:
         out = out / (a.sum(-1, keepdims=True) + eps)
     return out.astype(q.dtype)
