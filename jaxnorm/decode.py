@@ -107,16 +107,18 @@ def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, sc
         k_new = _checks.as_array(k_new, fn, "k_new")
         v_new = _checks.as_array(v_new, fn, "v_new")
         for name, n in (("k_new", k_new), ("v_new", v_new)):
-            if n.shape != (batch, kv_heads, head_dim) or n.dtype != q.dtype:
-                raise ValueError(f"{fn}: `{name}` must be [batch, kv_heads, head_dim] = {(batch, kv_heads, head_dim)} "
-                                 f"of dtype {np.dtype(q.dtype)}, got {tuple(n.shape)} {np.dtype(n.dtype)}")
+            if n.shape != (batch, kv_heads, head_dim):
+                raise ValueError(f"{fn}: `{name}` must be [batch, kv_heads, head_dim] = {(batch, kv_heads, head_dim)}, "
+                                 f"got {tuple(n.shape)}")
+            if n.dtype != q.dtype:
+                raise TypeError(f"{fn}: `{name}` must have q's dtype {np.dtype(q.dtype)}, got {np.dtype(n.dtype)}")
         if max_len == 0:
             raise ValueError(f"{fn}: appending needs a cache with max_len >= 1, got shape {tuple(k_cache.shape)}")
     if max_len >= 2**31 - 1:
         raise ValueError(f"{fn}: max_len must be below 2^31 - 1, got {max_len}")
-    scale = head_dim**-0.5 if scale is None else scale
-    if not isinstance(scale, (int, float, np.floating)) or isinstance(scale, bool):
-        raise TypeError(f"{fn}: `scale` must be a Python float, got {type(scale).__name__}")
+    scale = head_dim**-0.5 if scale is None else _checks.static_float(scale, fn, "scale")
+    if not np.isfinite(scale):
+        raise ValueError(f"{fn}: `scale` must be finite, got {scale!r}")
     params = dict(scale=float(scale), splits=decode_splits(batch, kv_heads, max_len),
                   blhd=layout == "BLHD")
     lengths = _checks.int32_clamped(lengths, -1, max_len + 1)  # out of range stays out of range

@@ -64,6 +64,8 @@ class PaddingOffsets(NamedTuple):
         -1 past ``tokens``.
       position: int32 ``[batch, max_len]``: the packed row of each padded position, -1 for padding
         and for dropped tokens.
+      (Maps built or edited by hand: a value outside ``[0, batch * max_len)`` in ``source`` or
+      ``[0, capacity)`` in ``position`` is taken as -1, a zero row; nothing is read out of bounds.)
       starts: int32 ``[batch]``: each sequence's first packed row (at most ``capacity``).
       lengths: int32 ``[batch]``: the lengths, clamped to ``[0, max_len]``.
       tokens: int32 scalar: tokens packed (``<= capacity``).
@@ -206,9 +208,10 @@ def add_qkv_bias_rebuild_padding(qkv, bias, offsets: PaddingOffsets, num_heads: 
         parts = tuple(_array(p, fn, "qkv") for p in parts)
         shapes = {tuple(p.shape) for p in parts}
         dtypes = {np.dtype(p.dtype) for p in parts}
-        if len(shapes) != 1 or len(dtypes) != 1:
-            raise ValueError(f"{fn}: q, k, v must share one shape and dtype, got {[tuple(p.shape) for p in parts]} "
-                             f"and {sorted(map(str, dtypes))}")
+        if len(shapes) != 1:
+            raise ValueError(f"{fn}: q, k, v must share one shape, got {[tuple(p.shape) for p in parts]}")
+        if len(dtypes) != 1:
+            raise TypeError(f"{fn}: q, k, v must share one dtype, got {[str(np.dtype(p.dtype)) for p in parts]}")
         first = parts[0]
         hidden = first.shape[-1] * 3 if first.ndim == 2 else None
     else:

@@ -258,8 +258,14 @@ def test_not_differentiable(rng):
     (dict(lengths=jnp.zeros((2,), jnp.float32)), TypeError, "lengths"),
     (dict(k_new=jnp.zeros((2, 2, 64), jnp.float32)), ValueError, "both"),
     (dict(k_new=jnp.zeros((2, 8, 64), jnp.float32), v_new=jnp.zeros((2, 8, 64), jnp.float32)), ValueError, "k_new"),
+    (dict(k_new=jnp.zeros((2, 2, 64), jnp.bfloat16), v_new=jnp.zeros((2, 2, 64), jnp.float32)), TypeError,
+     "`k_new` must have q's dtype float32, got bfloat16"),
     (dict(layout="BSHD"), ValueError, "layout"),
     (dict(scale="x"), TypeError, "scale"),
+    (dict(scale=True), TypeError, "`scale` must be a Python float"),
+    (dict(scale=float("inf")), ValueError, "`scale` must be finite"),
+    (dict(scale=float("nan")), ValueError, "`scale` must be finite"),
+    (dict(scale=-float("inf")), ValueError, "`scale` must be finite"),
 ])
 def test_bad_arguments(change, exc, match):
     args = dict(q=jnp.zeros((2, 8, 64), jnp.float32), k_cache=jnp.zeros((2, 2, 16, 64), jnp.float32), v_cache=jnp.zeros((2, 2, 16, 64), jnp.float32),

@@ -441,6 +441,8 @@ def test_bad_arguments(rng):
         jaxnorm.add_qkv_bias_rebuild_padding((jnp.ones((8, 10), F32),) * 2, None, o, 5)
     with pytest.raises(ValueError, match="share one shape"):
         jaxnorm.add_qkv_bias_rebuild_padding((jnp.ones((8, 10), F32), jnp.ones((8, 10), F32), jnp.ones((8, 5), F32)), None, o, 5)
+    with pytest.raises(TypeError, match="share one dtype"):
+        jaxnorm.add_qkv_bias_rebuild_padding((jnp.ones((8, 10), F32), jnp.ones((8, 10), BF16), jnp.ones((8, 10), F32)), None, o, 5)
     with pytest.raises(ValueError, match="capacity 8"):
         jaxnorm.add_qkv_bias_rebuild_padding(jnp.ones((9, 30), F32), None, o, 5)
     with pytest.raises(ValueError, match="layout"):
@@ -449,3 +451,39 @@ def test_bad_arguments(rng):
         jaxnorm.transpose_remove_padding(jnp.ones((2, 3, 5, 8), F32), o)
     with pytest.raises(TypeError, match="attn_out"):
         jaxnorm.transpose_remove_padding(jnp.ones((2, 3, 4, 8), jnp.int4), o)
+
+
+def test_stray_map_values_read_as_padding(rng):
+    """A PaddingOffsets built or edited by hand: map values past the arrays they index (a packed
+    row >= capacity in `position`, a padded position >= batch * max_len in `source`) are taken
+    as -1, a zero row, in every kernel that reads through a map (the CPU handler had read out of
+    bounds and crashed)."""
+    batch, max_len, capacity, heads, head_dim = 2, 4, 6, 2, 8
+    off = jaxnorm.padding_offsets(jnp.array([3, 4]), max_len, capacity)
+    stray_source = off.source.at[1].set(10**8).at[2].set(batch * max_len)
+    stray_position = off.position.at[0, 1].set(10**8).at[1, 0].set(capacity)
+    x = jnp.asarray(rng.normal(size=(batch, max_len, heads * head_dim)), F32)
+    packed = jnp.asarray(rng.normal(size=(capacity, heads * head_dim)), F32)
+    qkv = jnp.asarray(rng.normal(size=(capacity, 3 * heads * head_dim)), F32)
+    bias = jnp.asarray(rng.normal(size=(3 * heads * head_dim,)), F32)
+
+    def as_padding(o, name, where):  # the same maps with -1 at the stray entries
+        m = getattr(o, name)
+        return o._replace(**{name: m.at[where].set(-1)})
+
+    src = off._replace(source=stray_source)
+    want = jaxnorm.remove_padding(x, as_padding(src, "source", jnp.array([1, 2])))
+    np.testing.assert_array_equal(jaxnorm.remove_padding(x, src), want)
+    assert not np.asarray(want[1:3]).any()
+    attn = jnp.asarray(rng.normal(size=(batch, heads, max_len, head_dim)), F32)
+    np.testing.assert_array_equal(jaxnorm.transpose_remove_padding(attn, src),
+                                  jaxnorm.transpose_remove_padding(attn, as_padding(src, "source", jnp.array([1, 2]))))
+
+    pos = off._replace(position=stray_position)
+    fixed = off._replace(position=off.position.at[0, 1].set(-1).at[1, 0].set(-1))
+    got = jaxnorm.rebuild_padding(packed, pos)
+    np.testing.assert_array_equal(got, jaxnorm.rebuild_padding(packed, fixed))
+    assert not np.asarray(got[0, 1]).any() and not np.asarray(got[1, 0]).any()
+    for b in (None, bias):
+        np.testing.assert_array_equal(jaxnorm.add_qkv_bias_rebuild_padding(qkv, b, pos, heads),
+                                      jaxnorm.add_qkv_bias_rebuild_padding(qkv, b, fixed, heads))

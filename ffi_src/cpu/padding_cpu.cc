@@ -78,7 +78,7 @@ ffi::Error PadUnpackCpu(ffi::ThreadPool pool, ffi::AnyBuffer packed, ffi::AnyBuf
       const int32_t row = l.position[b * l.max_len + t];
       for (int p = 0; p < P; ++p) {
         char* dst = outs[p] + s * seg_bytes;
-        if (row < 0) {
+        if (row < 0 || row >= l.capacity) {  // padding, or a hand-built map's stray value
           std::memset(dst, 0, seg_bytes);
           continue;
         }
@@ -114,7 +114,7 @@ ffi::Error PadPackCpu(ffi::ThreadPool pool, const ffi::AnyBuffer* const* parts, 
       const int64_t row = s / segs_per_row, ph = s % segs_per_row, p = ph / l.heads, h = ph % l.heads;
       const int32_t src = l.source[row];
       char* dst = out + s * seg_bytes;
-      if (src < 0) {
+      if (src < 0 || src >= l.batch * l.max_len) {  // padding, or a hand-built map's stray value
         std::memset(dst, 0, seg_bytes);
         continue;
       }

@@ -130,6 +130,10 @@ struct UnitLayout {
   Divisor<I> heads;             // H
   Divisor<I> max_len;           // L
   Divisor<I> segments_per_row;  // P * H: segments of a packed row
+  // Map values at or past this (the packed rows T for position, B * L for source) are read as
+  // padding, as negative ones are: a PaddingOffsets built by hand must not send a read out of
+  // bounds.
+  int64_t map_bound;
 };
 
 // Units a thread moves: all its loads are issued before its stores, so each thread keeps
@@ -168,7 +172,7 @@ unpack_kernel(const typename Op::Unit* __restrict__ packed, const float* __restr
     const I bh = divmod(d.max_len, seg, &t);
     const I b = divmod(d.heads, bh, &h);
     const int32_t row = __ldg(position + b * d.max_len.d + t);
-    if (row < 0) return Unit{};
+    if (row < 0 || row >= d.map_bound) return Unit{};
     const int64_t col = (static_cast<int64_t>(p) * d.heads.d + h) * d.units.d + u;
     return Op::apply(packed[static_cast<int64_t>(row) * d.segments_per_row.d * d.units.d + col], bias, col);
   };
@@ -187,7 +191,7 @@ pack_kernel(const Unit* __restrict__ in0, const Unit* __restrict__ in1, const Un
     const I row = divmod(d.segments_per_row, seg, &ph);
     const I p = divmod(d.heads, ph, &h);
     const int32_t src = __ldg(source + row);
-    if (src < 0) return Unit{};
+    if (src < 0 || src >= d.map_bound) return Unit{};
     const I b = divmod(d.max_len, static_cast<I>(src), &t);
     const Unit* in = p == 0 ? in0 : p == 1 ? in1 : in2;
     return in[((static_cast<int64_t>(b) * d.heads.d + h) * d.max_len.d + t) * d.units.d + u];

@@ -35,9 +35,9 @@ int unit_bytes(int64_t segment_bytes) {
 }
 
 template <class I>
-UnitLayout<I> unit_layout(const PadLayout& l, int unit) {
+UnitLayout<I> unit_layout(const PadLayout& l, int unit, int64_t map_bound) {
   return {Divisor<I>(static_cast<I>(l.head_dim * l.elem_bytes / unit)), Divisor<I>(static_cast<I>(l.heads)),
-          Divisor<I>(static_cast<I>(l.max_len)), Divisor<I>(static_cast<I>(l.parts * l.heads))};
+          Divisor<I>(static_cast<I>(l.max_len)), Divisor<I>(static_cast<I>(l.parts * l.heads)), map_bound};
 }
 
 // Calls f(std::integral_constant<int, kBytes>) for the unit size.
@@ -61,7 +61,7 @@ ffi::Error launch_unpack(cudaStream_t stream, const PadLayout& l, const void* pa
     using I = decltype(index);
     return launch(unpack_kernel<Op, I>, grid, dim3(kThreads), 1, stream, "rebuild_padding",
                   static_cast<const Unit*>(packed), l.bias, l.position, static_cast<Unit*>(outs[0]),
-                  static_cast<Unit*>(outs[1]), static_cast<Unit*>(outs[2]), unit_layout<I>(l, unit),
+                  static_cast<Unit*>(outs[1]), static_cast<Unit*>(outs[2]), unit_layout<I>(l, unit, l.capacity),
                   static_cast<I>(total));
   };
   return total < (int64_t{1} << 32) ? args(uint32_t{}) : args(uint64_t{});
@@ -121,7 +121,7 @@ ffi::Error pad_pack(cudaStream_t stream, const ffi::AnyBuffer* const* parts, con
       return launch(pack_kernel<Unit, I>, dim3(static_cast<unsigned>(ceil_div(total, kThreads * kUnroll))), dim3(kThreads), 1,
                     stream, "remove_padding", static_cast<const Unit*>(in[0]), static_cast<const Unit*>(in[1]),
                     static_cast<const Unit*>(in[2]), l.source, static_cast<Unit*>(packed->untyped_data()),
-                    unit_layout<I>(l, unit), static_cast<I>(total));
+                    unit_layout<I>(l, unit, l.batch * l.max_len), static_cast<I>(total));
     };
     return total < (int64_t{1} << 32) ? run(uint32_t{}) : run(uint64_t{});
   });
