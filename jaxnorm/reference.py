@@ -281,13 +281,15 @@ def padding_offsets(lengths, max_len, capacity):
 
 
 def _gather_rows(rows, index):
+    """rows[index], a zero row where index is -1 (padding) or, in a map built by hand, past the
+    rows."""
     got = rows[jnp.clip(index, 0, rows.shape[0] - 1)]
-    keep = (index >= 0).reshape(index.shape + (1,) * (rows.ndim - 1))
+    keep = ((index >= 0) & (index < rows.shape[0])).reshape(index.shape + (1,) * (rows.ndim - 1))
     return jnp.where(keep, got, jnp.zeros((), rows.dtype))
 
 
 def remove_padding(x, offsets):
-    return _gather_rows(x.reshape(-1, *x.shape[2:]), offsets.source)
+    return _gather_rows(x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]), offsets.source)
 
 
 def rebuild_padding(packed, offsets):
@@ -339,12 +341,15 @@ def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, sc
     qg = q.reshape(b, hkv, hq // hkv, d).astype(dt)
     # Full float32 products: GPUs would otherwise take float32 dots in TF32 (10-bit mantissas).
     s = jnp.einsum("bhgd,bhld->bhgl", qg, keys.astype(dt), precision="highest") * scale
-    mask = (jnp.arange(max_len)[None, :] < n[:, None])[:, None, None, :]
+    attended = jnp.arange(max_len)[None, :] < n[:, None]
+    mask = attended[:, None, None, :]
     s = jnp.where(mask, s, -jnp.inf)
-    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.max(s, axis=-1, keepdims=True, initial=-jnp.inf)
     e = jnp.where(mask, jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0)), 0)
     tot = jnp.sum(e, axis=-1, keepdims=True)
-    o = jnp.einsum("bhgl,bhld->bhgd", e, values.astype(dt), precision="highest") / jnp.where(tot > 0, tot, 1)
+    # Positions past n are never read: a non-finite value there must not meet e's zeros.
+    values = jnp.where(attended[:, None, :, None], values.astype(dt), 0)
+    o = jnp.einsum("bhgl,bhld->bhgd", e, values, precision="highest") / jnp.where(tot > 0, tot, 1)
     o = jnp.where(valid[:, None, None, None], o, jnp.nan).reshape(b, hq, d).astype(q.dtype)
     if not append:
         return o

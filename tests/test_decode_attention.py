@@ -275,3 +275,16 @@ def test_bad_arguments(change, exc, match):
     static = {k: v for k, v in args.items() if not hasattr(v, "shape")}
     with pytest.raises(exc, match=match):
         jax.jit(lambda a: jaxnorm.decode_attention(**a, **static)).lower(arrays)
+
+
+def test_reference_reads_no_position_past_the_length():
+    """The written spec attends to positions < lengths only: NaN or inf in the cache past them
+    leaves the output finite (the kernels never read them), and a cache of max_len 0 attends to
+    nothing."""
+    q = jnp.ones((1, 2, 64), jnp.float32)
+    cache = jnp.ones((1, 1, 4, 64), jnp.float32).at[0, 0, 3].set(jnp.nan)
+    for fn in (reference.decode_attention, jaxnorm.decode_attention):
+        assert np.isfinite(np.asarray(fn(q, cache.at[0, 0, 2].set(jnp.inf), cache, jnp.array([2])))).all(), fn
+    empty = jnp.zeros((1, 1, 0, 64), jnp.float32)
+    for fn in (reference.decode_attention, jaxnorm.decode_attention):
+        np.testing.assert_array_equal(fn(q, empty, empty, jnp.array([0])), np.zeros((1, 2, 64)))

@@ -487,3 +487,9 @@ def test_stray_map_values_read_as_padding(rng):
     for b in (None, bias):
         np.testing.assert_array_equal(jaxnorm.add_qkv_bias_rebuild_padding(qkv, b, pos, heads),
                                       jaxnorm.add_qkv_bias_rebuild_padding(qkv, b, fixed, heads))
+
+
+def test_reference_takes_empty_trailing_axes():
+    off = jaxnorm.padding_offsets(jnp.array([1, 2]), 3, 4)
+    x = jnp.zeros((2, 3, 0), F32)
+    assert reference.remove_padding(x, off).shape == jaxnorm.remove_padding(x, off).shape == (4, 0)
