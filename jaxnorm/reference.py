@@ -348,8 +348,8 @@ def decode_attention(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, sc
     e = jnp.where(mask, jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0)), 0)
     tot = jnp.sum(e, axis=-1, keepdims=True)
     # Positions past n are never read: a non-finite value there must not meet e's zeros.
-    values = jnp.where(attended[:, None, :, None], values.astype(dt), 0)
-    o = jnp.einsum("bhgl,bhld->bhgd", e, values, precision="highest") / jnp.where(tot > 0, tot, 1)
+    read = jnp.where(attended[:, None, :, None], values.astype(dt), 0)
+    o = jnp.einsum("bhgl,bhld->bhgd", e, read, precision="highest") / jnp.where(tot > 0, tot, 1)
     o = jnp.where(valid[:, None, None, None], o, jnp.nan).reshape(b, hq, d).astype(q.dtype)
     if not append:
         return o
