@@ -146,10 +146,8 @@ def _transpose(cts, *operands, normalize, eps, reverse, f32_out):
     out = [None] * len(operands)
 
     def kernel(x, y, z, al, be, rev):
-        if shift is None:
-            return _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev)[0]
-        r = _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev, f32_out=True)[0]
-        return (r * jnp.exp2(shift)).astype(dtype)
+        r = _bind(_as(x, dtype), _as(y, dtype), _as(z, dtype), al, be, reverse=rev, f32_out=shift is not None)[0]
+        return r if shift is None else (r * jnp.exp2(shift)).astype(dtype)
 
     rows_len = ct_num.shape[:2]
     ones = None if den_zero else jnp.ones(rows_len, f32)
