@@ -126,17 +126,32 @@ struct BwdRunner {
   ffi::Error tile() {
     if constexpr (holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
       // Held where a worker has several row spans (row_tiles.cuh, held_scale_bwd, staged_narrow_bwd).
-      auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
-      constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true>();
-      static const int resident = resident_workers(held, kBlock, kCluster, smem);
-      static const bool temp_off = std::getenv("JAXNORM_TEMP_NARROW_OFF") != nullptr &&  // TEMP A/B
-                                   staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-      const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
-      if (!temp_off && workers > 0 && ceil_div(rows_per_group, kBlock / kTPR) > workers)
-        return launch_tile<kBlock, kCluster>(held, smem, workers);
+      static const int temp_mode = [] {  // TEMP A/B: 0 plain, 1 the scale held, 2 held and staged
+        const char* e = std::getenv("JAXNORM_TEMP_NARROW");
+        return staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>() ? (e ? std::atoi(e) : 1) : 1;
+      }();
+      if (temp_mode == 1) return held_tile<kTPR, kBlock, kPacks, kCluster, 1>();
+      if constexpr (staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>())
+        if (temp_mode == 2) return held_tile<kTPR, kBlock, kPacks, kCluster, 2>();
     }
+    return plain_tile<kTPR, kBlock, kPacks, kCluster>();
+  }
+
+  template <int kTPR, int kBlock, int kPacks, int kCluster, int kHold>
+  ffi::Error held_tile() {
+    auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, kHold>;
+    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, kHold>();
+    static const int resident = resident_workers(held, kBlock, kCluster, smem);
+    const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
+    if (workers > 0 && ceil_div(rows_per_group, kBlock / kTPR) > workers)
+      return launch_tile<kBlock, kCluster>(held, smem, workers);
+    return plain_tile<kTPR, kBlock, kPacks, kCluster>();
+  }
+
+  template <int kTPR, int kBlock, int kPacks, int kCluster>
+  ffi::Error plain_tile() {
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, false>();
+    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, 0>();
     static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();
     const int64_t workers = tile_workers<kTPR, kBlock, kPacks, kCluster>(resident);

@@ -515,25 +515,27 @@ template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool holds_bwd() {
   return held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>() || staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
 }
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+// TEMP A/B: kHold 1 holds a CTA-wide tile's scale only, 2 stages its rows too.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, int kHold>
 constexpr int bwd_stages() {
-  if constexpr (staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) return 2;
+  if constexpr (kHold == 0) return 0;
+  else if constexpr (staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) return kHold == 2 ? 2 : 0;
   else return held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>() && staged_bwd_rows<Op>() ? 1 : 0;
 }
 // Dynamic shared memory of a backward tile: the partials, and held, the scale's slice (cluster
 // tiles) and the stages of a and dy.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHold>
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, int kHold>
 constexpr size_t tile_bwd_smem() {
   constexpr size_t n = static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
-  constexpr size_t stages = kHold ? bwd_stages<Op, kTPR, kBlock, kPacks, kCluster>() : 0;
-  constexpr bool scale = kHold && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  constexpr size_t stages = bwd_stages<Op, kTPR, kBlock, kPacks, kCluster, kHold>();
+  constexpr bool scale = kHold && holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
   return column_partials_smem<Op, kBlock, kPacks>() + (scale ? n * sizeof(float) : 0) +
          stages * n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type));
 }
 
 // kHold: the tile holds the scale and stages rows where held_scale_bwd and staged_narrow_bwd
 // allow it.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHold = false>
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, int kHold = 0>
 __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
@@ -554,9 +556,9 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   // scale at col from segment p of the slice (`at_pack`); other tiles read it from global memory.
   // Staged CTA-wide tiles (staged_narrow_bwd): kStages stages of the CTA's rows, row slot k's
   // column c at k * cols + c (a stage holds kPacks * W elements of a, then of dy).
-  constexpr bool kHeld = kHold && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  constexpr bool kHeld = kHold && holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
   constexpr bool kNarrow = kHold && staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-  constexpr int kStages = kHold ? bwd_stages<Op, kTPR, kBlock, kPacks, kCluster>() : 0;
+  constexpr int kStages = bwd_stages<Op, kTPR, kBlock, kPacks, kCluster, kHold>();
   constexpr bool kStaged = kStages > 0;
   constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
