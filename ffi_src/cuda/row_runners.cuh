@@ -126,9 +126,9 @@ struct BwdRunner {
   ffi::Error tile() {
     if constexpr (holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
       // Held where a worker has several row spans (row_tiles.cuh, held_scale_bwd, staged_narrow_bwd).
-      static const int temp_mode = [] {  // TEMP A/B: 0 plain, 1 the scale held, 2 held and staged
+      static const int temp_mode = [] {  // TEMP A/B: 0 plain, 1 the scale held, 2 held and staged, 3 plain
         const char* e = std::getenv("JAXNORM_TEMP_NARROW");
-        return staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>() ? (e ? std::atoi(e) : 1) : 1;
+        return staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>() ? (e ? std::atoi(e) : 0) : 1;
       }();
       if (temp_mode == 1) return held_tile<kTPR, kBlock, kPacks, kCluster, 1>();
       if constexpr (staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>())

@@ -323,6 +323,7 @@ constexpr int bwd_min_ctas_per_sm() {
     if (Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
       return 2;
   }
+  if (Op::kColumnSums > 0 && kPacks == 1 && kBlock >= 256) return 1024 / kBlock;  // TEMP mode 3: one-pack tiles
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
 
@@ -557,9 +558,9 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   // Staged CTA-wide tiles (staged_narrow_bwd): kStages stages of the CTA's rows, row slot k's
   // column c at k * cols + c (a stage holds kPacks * W elements of a, then of dy).
   constexpr bool kHeld = kHold && holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-  constexpr bool kNarrow = kHold && staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
   constexpr int kStages = bwd_stages<Op, kTPR, kBlock, kPacks, kCluster, kHold>();
   constexpr bool kStaged = kStages > 0;
+  constexpr bool kNarrow = kStaged && staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
   constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
   float* const gs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(jn_dynamic_smem) +
