@@ -3,8 +3,7 @@
 // flight while it works on the current one, without registers. The slice is the cluster tiles'
 // layout: P segments of W columns, segment p of CTA `rank` at column (p * kCluster + rank) * W,
 // staged at p * W. The staged norm forward (staged_fwd.cuh) and the norm backward's staged
-// cluster tiles (row_tiles.cuh, tile_bwd_kernel) share it. A CTA-wide tile's rows are contiguous
-// in memory and are staged whole (stage_rows).
+// cluster tiles (row_tiles.cuh, tile_bwd_kernel) share it.
 #pragma once
 
 #include <cstdint>
@@ -83,23 +82,6 @@ __device__ __forceinline__ void stage_slices(int64_t row, int64_t cols, unsigned
                : "memory");
   copy_slice<A, kCluster, W, P>(a, row, cols, rank, a_dst, bar);
   copy_slice<T, kCluster, W, P>(b, row, cols, rank, b_dst, bar);
-}
-
-// Thread 0: rows [row, row + n) of two [rows, cols] arrays (x and dy), whole, into a_dst and b_dst
-// on the mbarrier at `bar`, one copy an array. Rows of whole 16-byte packs only.
-template <class A, class T>
-__device__ __forceinline__ void stage_rows(int64_t row, int64_t n, int64_t cols, unsigned bar, const A* a, A* a_dst,
-                                           const T* b, T* b_dst) {
-  const unsigned a_bytes = static_cast<unsigned>(n * cols * sizeof(A)), b_bytes = static_cast<unsigned>(n * cols * sizeof(T));
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(a_bytes + b_bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(a_dst)),
-               "l"(a + row * cols), "r"(a_bytes), "r"(bar)
-               : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(b_dst)),
-               "l"(b + row * cols), "r"(b_bytes), "r"(bar)
-               : "memory");
 }
 
 }  // namespace jaxnorm

@@ -3,8 +3,6 @@
 // scale/bias gradient partials.
 #pragma once
 
-#include <cstdlib>
-
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -50,15 +48,7 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   }
   const bool vec = aligned && s.cols % kVecOf<typename Op::Type> == 0 && aligned16(op.xin) && aligned16(op.dy) &&
                    aligned16(op.gamma) && aligned16(op.beta);
-  TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
-  static const bool temp_one_pack = [] {  // TEMP mode 3: 16-bit rows of 1024-4096 columns, one pack a thread
-    const char* e = std::getenv("JAXNORM_TEMP_NARROW");
-    return e != nullptr && std::atoi(e) == 3;
-  }();
-  if (temp_one_pack && bwd_holds_raw<Op>() && c.loop_tpr == 0 && c.cluster == 1 && c.packs == 2 && c.tpr >= 64 &&
-      c.tpr <= 256) {
-    c.tpr *= 2, c.packs = 1, c.block = c.tpr < 256 ? 256 : c.tpr;
-  }
+  const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
   BwdRunner<Op> runner{op,
                        s.rows / groups,
                        groups,

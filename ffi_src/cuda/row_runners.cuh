@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -124,34 +123,16 @@ struct BwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    if constexpr (holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
-      // Held where a worker has several row spans (row_tiles.cuh, held_scale_bwd, staged_narrow_bwd).
-      static const int temp_mode = [] {  // TEMP A/B: 0 plain, 1 the scale held, 2 held and staged, 3 plain
-        const char* e = std::getenv("JAXNORM_TEMP_NARROW");
-        return staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>() ? (e ? std::atoi(e) : 0) : 1;
-      }();
-      if (temp_mode == 1) return held_tile<kTPR, kBlock, kPacks, kCluster, 1>();
-      if constexpr (staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>())
-        if (temp_mode == 2) return held_tile<kTPR, kBlock, kPacks, kCluster, 2>();
+    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
+      // Held where a worker has several rows (row_tiles.cuh, held_scale_bwd).
+      auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
+      constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, true>();
+      static const int resident = resident_workers(held, kBlock, kCluster, smem);
+      const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
+      if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(held, smem, workers);
     }
-    return plain_tile<kTPR, kBlock, kPacks, kCluster>();
-  }
-
-  template <int kTPR, int kBlock, int kPacks, int kCluster, int kHold>
-  ffi::Error held_tile() {
-    auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, kHold>;
-    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, kHold>();
-    static const int resident = resident_workers(held, kBlock, kCluster, smem);
-    const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
-    if (workers > 0 && ceil_div(rows_per_group, kBlock / kTPR) > workers)
-      return launch_tile<kBlock, kCluster>(held, smem, workers);
-    return plain_tile<kTPR, kBlock, kPacks, kCluster>();
-  }
-
-  template <int kTPR, int kBlock, int kPacks, int kCluster>
-  ffi::Error plain_tile() {
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, 0>();
+    constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, false>();
     static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();
     const int64_t workers = tile_workers<kTPR, kBlock, kPacks, kCluster>(resident);

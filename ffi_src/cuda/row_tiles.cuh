@@ -323,7 +323,6 @@ constexpr int bwd_min_ctas_per_sm() {
     if (Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
       return 2;
   }
-  if (Op::kColumnSums > 0 && kPacks == 1 && kBlock >= 256) return 1024 / kBlock;  // TEMP mode 3: one-pack tiles
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
 
@@ -502,41 +501,17 @@ template <class Op>
 constexpr bool staged_bwd_rows() {
   return Op::kColumnSums == 1;
 }
-// The norm backward's CTA-wide tiles of 16-bit rows (1024-8192 columns: rows of 64-512 threads of
-// 2 packs, the partials in registers) run persistent, a CTA's rows one after another with only
-// the loads of its current rows in flight (and the L2 prefetch). Staged, the CTA's next two row
-// spans (contiguous in memory: one bulk copy an array) are in flight in shared memory while it
-// works on the current one, as QuACK's backward keeps x and dy in a two-stage cp.async pipeline.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-constexpr bool staged_narrow_bwd() {
-  return kCluster == 1 && kTPR >= 64 && Op::kColumnSums > 0 && bwd_holds_raw<Op>() && !partials_in_smem<Op, kPacks>();
-}
-// Whether a tile has a held variant (tile_bwd_kernel's kHold), and its stages of rows.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-constexpr bool holds_bwd() {
-  return held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>() || staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-}
-// TEMP A/B: kHold 1 holds a CTA-wide tile's scale only, 2 stages its rows too.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, int kHold>
-constexpr int bwd_stages() {
-  if constexpr (kHold == 0) return 0;
-  else if constexpr (staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) return kHold == 2 ? 2 : 0;
-  else return held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>() && staged_bwd_rows<Op>() ? 1 : 0;
-}
-// Dynamic shared memory of a backward tile: the partials, and held, the scale's slice (cluster
-// tiles) and the stages of a and dy.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, int kHold>
+// Dynamic shared memory of a backward tile: the partials, and held, the scale's slice and (with
+// staged rows) one slice of a and of dy.
+template <class Op, int kBlock, int kPacks, bool kHeld>
 constexpr size_t tile_bwd_smem() {
   constexpr size_t n = static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
-  constexpr size_t stages = bwd_stages<Op, kTPR, kBlock, kPacks, kCluster, kHold>();
-  constexpr bool scale = kHold && holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-  return column_partials_smem<Op, kBlock, kPacks>() + (scale ? n * sizeof(float) : 0) +
-         stages * n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type));
+  constexpr size_t rows = staged_bwd_rows<Op>() ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type)) : 0;
+  return column_partials_smem<Op, kBlock, kPacks>() + (kHeld ? n * sizeof(float) + rows : 0);
 }
 
-// kHold: the tile holds the scale and stages rows where held_scale_bwd and staged_narrow_bwd
-// allow it.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, int kHold = 0>
+// kHold: the tile holds the scale (and stages rows) where held_scale_bwd allows it.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHold = false>
 __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
@@ -552,44 +527,30 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   row_reduce_init<kCluster>(red);
   ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>(), Op::kColumnSums> parts;
 
-  // Held cluster tiles (held_scale_bwd): the scale's slice after the partials, then the staged
-  // slices of a and dy; W columns a segment, S a segment of the cluster. Pack p's op reads the
-  // scale at col from segment p of the slice (`at_pack`); other tiles read it from global memory.
-  // Staged CTA-wide tiles (staged_narrow_bwd): kStages stages of the CTA's rows, row slot k's
-  // column c at k * cols + c (a stage holds kPacks * W elements of a, then of dy).
-  constexpr bool kHeld = kHold && holds_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-  constexpr int kStages = bwd_stages<Op, kTPR, kBlock, kPacks, kCluster, kHold>();
-  constexpr bool kStaged = kStages > 0;
-  constexpr bool kNarrow = kStaged && staged_narrow_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  // Held tiles (held_scale_bwd): the scale's slice after the partials, then the staged slices of
+  // a and dy; W columns a segment, S a segment of the cluster. Pack p's op reads the scale at col
+  // from segment p of the slice (`at_pack`); other tiles read it from global memory.
+  constexpr bool kHeld = kHold && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  constexpr bool kStaged = kHeld && staged_bwd_rows<Op>();
   constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
   float* const gs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(jn_dynamic_smem) +
                                              column_partials_smem<Op, kBlock, kPacks>());
-  A* const as = reinterpret_cast<A*>(gs + (kHeld ? kPacks * W : 0));
-  T* const ds = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(as) + kStages * kPacks * W * sizeof(A));
-  __shared__ alignas(8) unsigned long long full[kStaged ? kStages : 1];  // staged: a stage's copies
+  A* const as = reinterpret_cast<A*>(gs + kPacks * W);
+  T* const ds = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(as) + kPacks * W * sizeof(A));
+  __shared__ alignas(8) unsigned long long full[1];  // staged: the row's copies
   const unsigned rank = kCluster > 1 ? blockIdx.x % kCluster : 0;
   const auto at_pack = [&](int p) {
     Op q = op;
     if constexpr (kHeld) q.gamma = gs + p * W - (static_cast<int64_t>(p) * S + rank * W);
     return q;
   };
-  // Thread 0: the row span from the group's row b into stage k.
-  const auto stage = [&](int64_t b, int k) {
-    if constexpr (kNarrow)
-      stage_rows(group_row0 + b, min(static_cast<int64_t>(kRowsPerCta), rows_per_group - b), cols, smem_addr(&full[k]),
-                 op.xin, as + k * kPacks * W, op.dy, ds + k * kPacks * W);
-    else if constexpr (kStaged)
-      stage_slices<kCluster, W, kPacks>(group_row0 + b, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
-  };
-  if constexpr (kHeld || kStaged) {
-    if (kStaged && threadIdx.x == 0) init_stage_barriers(full, kStaged ? kStages : 0);
-    if constexpr (kHeld)
-      if (op.gamma != nullptr) load_param_slice<kBlock, kCluster, W, kPacks>(op.gamma, gs, cols, rank);
-    __syncthreads();  // the mbarriers initialized, the scale's slice in
-    if (kStaged && threadIdx.x == 0)
-      for (int k = 0; k < kStages; ++k)
-        if (worker * kRowsPerCta + k * stride < rows_per_group) stage(worker * kRowsPerCta + k * stride, k);
+  if constexpr (kHeld) {
+    if (kStaged && threadIdx.x == 0) init_stage_barriers(full, 1);
+    if (op.gamma != nullptr) load_param_slice<kBlock, kCluster, W, kPacks>(op.gamma, gs, cols, rank);
+    __syncthreads();  // the mbarrier initialized, the scale's slice in
+    if (kStaged && threadIdx.x == 0 && worker < rows_per_group)
+      stage_slices<kCluster, W, kPacks>(group_row0 + worker, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
   }
 
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
@@ -600,27 +561,21 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     BwdRowPacks<Op, kPacks> rp;
     using Early = typename decltype(rp)::Early;
     bool ok[kPacks];
-    const int k = iter % (kStaged ? kStages : 1);  // the stage holding this span
-    if constexpr (kStaged) wait_phase<true>(&full[k], (iter / kStages) & 1);  // the span's copies landed
+    if constexpr (kStaged) wait_phase<true>(&full[0], iter & 1);  // the row's copies landed
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
       if (!ok[p]) continue;
-      if constexpr (kNarrow) {
-        const int64_t at = k * kPacks * W + slot * cols + col;
-        rp.load_staged(op, as + at, ds + at, row, col, p);
-      } else if constexpr (kStaged) {
-        rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
-      } else {
-        rp.load(op, row, col, p);
-      }
+      if constexpr (kStaged) rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
+      else rp.load(op, row, col, p);
     }
     if constexpr (kStaged) {
-      __syncthreads();  // every thread's reads of the stage are done: it takes a later span
-      if (threadIdx.x == 0 && base + kStages * stride < rows_per_group) stage(base + kStages * stride, k);
+      __syncthreads();  // every thread's reads of the slices are done: they take the next row
+      if (threadIdx.x == 0 && base + stride < rows_per_group)
+        stage_slices<kCluster, W, kPacks>(row + stride, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
     }
-    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kStages + 1) * stride,
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kStaged ? 2 : 1) * stride,
                                                group_row0 + rows_per_group);
     const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};

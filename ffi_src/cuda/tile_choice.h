@@ -218,8 +218,6 @@ constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
   if (kTPR <= 32 || kBlock > max_block) return false;
-  if (kCluster == 1 && kPacks == 1 && kTPR >= 128 && kBlock == (kTPR < 256 ? 256 : kTPR))  // TEMP mode 3
-    return budget.wide_first && budget.block_packs == 2;
   if (kCluster == 1 && kPacks == 1 && kBlock == kTPR) return budget.spread_small && kTPR <= kSpreadMaxTpr;
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
@@ -246,6 +244,6 @@ constexpr bool tile_possible(TileBudget budget) {
   X(256, 256, 8, 2) X(256, 256, 8, 4) X(256, 256, 8, 8) X(256, 256, 8, 16)                             \
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
-  X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)
+  X(512, 512, 8, 16) X(256, 256, 1, 16)
 
 }  // namespace jaxnorm
