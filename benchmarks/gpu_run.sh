@@ -30,10 +30,13 @@ if stage test; then
   # 16 workers share the GPU: each takes 5% of its memory and allocates as it goes (without this
   # the workers' default preallocation ran out of memory at collection). The whole suite took
   # ~300 s on an H200 (results/h200-suite-146f26f).
+  # -v names each test as it finishes, so a run cut off by the timeout still names its failures
+  # (a -q run at 3db6fe2 showed one F and was killed before the summary that would have named it).
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${TEST_TIMEOUT:-400} \
-    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n ${PYTEST_WORKERS:-16} ${PYTEST_ARGS:-} >"$OUT/pytest.log" 2>&1
+    python3 -m pytest -v -p no:cacheprovider -p no:benchmark -n ${PYTEST_WORKERS:-16} ${PYTEST_ARGS:-} >"$OUT/pytest.log" 2>&1
   echo "pytest rc=$? $(elapsed): $(tail -1 "$OUT/pytest.log")" | tee -a "$summary"
-  grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30 | tee -a "$summary"
+  echo "passed $(grep -c ' PASSED ' "$OUT/pytest.log"), skipped $(grep -c ' SKIPPED ' "$OUT/pytest.log")" | tee -a "$summary"
+  grep -E " (FAILED|ERROR) |^(FAILED|ERROR)" "$OUT/pytest.log" | head -30 | tee -a "$summary"
 fi
 if stage main; then
   t0=$(date +%s)
