@@ -629,10 +629,10 @@ def test_float16_gradients_of_a_small_loss(rng):
 def test_reference_causal_form_reads_no_later_position():
     """A non-finite v at position 2 reaches positions 2 and 3 only, as in the recurrence (the
     quadratic form had multiplied the masked scores' zeros by it). The CPU kernel walks the
-    positions, as the recurrence does. The GPU kernels take chunks of 32 or 64 positions and multiply
-    each chunk's masked scores, zeros, by its v (tensor cores cannot skip them), so there the NaN
-    also reaches the earlier positions of its chunk (README, Limitations) and only the later ones
-    are checked. A GPU suite at 3db6fe2 had one unnamed failure that this is thought to have been."""
+    positions, as the recurrence does. The GPU kernels take chunks of 32 or 64 positions and
+    multiply each chunk's masked scores, zeros, by its v (tensor cores cannot skip them), so there
+    the NaN also reaches the earlier positions of its chunk (README, Limitations) and only the
+    later ones are checked."""
     q = jnp.ones((1, 1, 4, 32), F32)
     v = jnp.zeros((1, 1, 4, 32), F32).at[0, 0, 2, 0].set(jnp.nan)
     for fn in (reference.linear_attention, lambda *a: reference.linear_attention_recurrent(*a)[0]):
