@@ -12,6 +12,7 @@ so the ratio of TB/s is the ratio of times.
 
     python benchmarks/bench_add_norm.py --out DIR            # on the GPU
     python benchmarks/bench_add_norm.py --quick --out DIR    # CPU smoke test (wall clock)
+    python benchmarks/bench_add_norm.py --shapes 32768x1024,8192x4096 --dtype float16 --out DIR
 """
 
 from __future__ import annotations
@@ -96,8 +97,12 @@ def main(argv=None):
     ap.add_argument("--norms", default="rms_norm,layer_norm")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--shapes", default=None, help="rows x cols list, e.g. 32768x1024,8192x4096 (default: SHAPES)")
     args = ap.parse_args(argv)
-    shapes = ((64, 512), (32, 1024)) if args.quick else SHAPES
+    if args.shapes:
+        shapes = tuple(tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(","))
+    else:
+        shapes = ((64, 512), (32, 1024)) if args.quick else SHAPES
     timer, ceiling, method = dt.bench_method(wall=args.quick)
     header = dt.run_header(method, ceiling)
     print(f"{method}; copy ceiling {ceiling / 1e12:.2f} TB/s", flush=True)

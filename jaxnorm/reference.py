@@ -61,9 +61,16 @@ def _residual_sum(x, residual, residual_dtype):
     dt = jnp.promote_types(jnp.promote_types(_compute_dtype(x), _compute_dtype(residual)), jnp.dtype(h_dtype))
     exact = x.astype(dt) + residual.astype(dt)
     # Rounded by reduce_precision, not a cast there and back, which XLA on GPU may drop (excess
-    # precision): the reference's y was then the norm of the unrounded sum.
+    # precision): the reference's y was then the norm of the unrounded sum. reduce_precision
+    # flushes what would be subnormal in h's dtype to zero, so where the compute dtype holds h's
+    # subnormals as normal numbers (float16 in float32; any in float64) those sums are rounded to
+    # the subnormal grid (a power-of-two scaling, exact; jnp.round ties to even, as IEEE does).
     fi = jnp.finfo(h_dtype)
     rounded = jax.lax.reduce_precision(exact, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
+    if float(fi.smallest_subnormal) >= float(jnp.finfo(dt).smallest_normal):
+        tiny = jnp.asarray(fi.smallest_subnormal, dt)
+        subnormal = jnp.abs(exact) < jnp.asarray(fi.smallest_normal, dt)
+        rounded = jnp.where(subnormal, jnp.round(exact / tiny) * tiny, rounded)
     hc = exact + jax.lax.stop_gradient(rounded - exact)
     return hc.astype(h_dtype), hc
 

@@ -1,6 +1,7 @@
 // Host check of the CUDA dispatch table: for every op budget, element size and row width, the
-// tile choose_tile returns (and spread_small_launch's, for a few row counts) is instantiated (listed in JN_FOR_EACH_TILE and allowed by
-// tile_possible for that budget) and holds the whole row. Built and run by test_tile_choice.py.
+// tile choose_tile returns (and spread_small_launch's, for a few row counts, and one_pack_rows's)
+// is instantiated (listed in JN_FOR_EACH_TILE and allowed by tile_possible for that budget) and
+// holds the whole row. Built and run by test_tile_choice.py.
 #include <cstdio>
 
 #include "cuda/tile_choice.h"
@@ -36,7 +37,8 @@ int main() {
              {"softmax backward f32", kSoftmaxBackwardBudget, 4},
              {"softmax backward 16-bit", kSoftmaxBackwardBudget, 2},
              {"norm forward 16-bit", with_small_spread(kHeldRowForwardBudget), 2},
-             {"norm forward f32", with_small_spread(kHeldRowPersistent16Budget), 4}};
+             {"norm forward f32", with_small_spread(kHeldRowPersistent16Budget), 4},
+             {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2}};
   long passed = 0, failed = 0;
   for (const auto& op : ops) {
     const int vec = 16 / op.elem_bytes;
@@ -48,30 +50,34 @@ int main() {
         for (long rows : {0L, 1L, 8L, 64L, 512L, 4096L}) {
           if (rows > 0 && !op.budget.spread_small) break;
           const TileChoice c0 = choose_tile(cols, vec, vectorizable, clusters, op.budget);
-          const TileChoice c = rows > 0 ? spread_small_launch(c0, rows, 132, op.budget, clusters) : c0;
-          bool ok;
-          if (c.loop_tpr > 0) {
-            ok = c.loop_tpr == 32 || c.loop_tpr == 512;
-          } else {
-            ok = false;
-            for (const Listed& t : kListed) {
-              if (t.tpr == c.tpr && t.block == c.block && t.packs == c.packs && t.cluster == c.cluster &&
-                  t.possible(op.budget)) {
-                ok = true;
+          // And one_pack_rows of it, for budgets that take one pack a thread.
+          for (int one_pack = 0; one_pack < (op.budget.one_pack_rows ? 2 : 1); ++one_pack) {
+            const TileChoice c1 = rows > 0 ? spread_small_launch(c0, rows, 132, op.budget, clusters) : c0;
+            const TileChoice c = one_pack ? one_pack_rows(c1, op.budget) : c1;
+            bool ok;
+            if (c.loop_tpr > 0) {
+              ok = c.loop_tpr == 32 || c.loop_tpr == 512;
+            } else {
+              ok = false;
+              for (const Listed& t : kListed) {
+                if (t.tpr == c.tpr && t.block == c.block && t.packs == c.packs && t.cluster == c.cluster &&
+                    t.possible(op.budget)) {
+                  ok = true;
+                }
               }
+              const long capacity = static_cast<long>(c.tpr) * c.cluster * c.packs * vec;
+              ok = ok && capacity >= cols && (clusters || c.cluster == 1);
+              // Replicated rows: only the tiles FwdRunner launches so, each CTA on its own SM.
+              if (c.replicas > 1)
+                ok = ok && replicas_fit(c.tpr, c.block, c.packs, c.cluster) && c.packs % c.replicas == 0 &&
+                     rows * c.replicas <= 132;
             }
-            const long capacity = static_cast<long>(c.tpr) * c.cluster * c.packs * vec;
-            ok = ok && capacity >= cols && (clusters || c.cluster == 1);
-            // Replicated rows: only the tiles FwdRunner launches so, each CTA on its own SM.
-            if (c.replicas > 1)
-              ok = ok && replicas_fit(c.tpr, c.block, c.packs, c.cluster) && c.packs % c.replicas == 0 &&
-                   rows * c.replicas <= 132;
-          }
-          if (ok) {
-            ++passed;
-          } else if (++failed <= 20) {
-            std::printf("FAIL %s cols=%ld clusters=%d rows=%ld -> tile (%d, %d, %d, %d) loop %d\n", op.name, cols,
-                        clusters, rows, c.tpr, c.block, c.packs, c.cluster, c.loop_tpr);
+            if (ok) {
+              ++passed;
+            } else if (++failed <= 20) {
+              std::printf("FAIL %s cols=%ld clusters=%d rows=%ld one_pack=%d -> tile (%d, %d, %d, %d) loop %d\n",
+                          op.name, cols, clusters, rows, one_pack, c.tpr, c.block, c.packs, c.cluster, c.loop_tpr);
+            }
           }
         }
       }

@@ -48,7 +48,8 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   }
   const bool vec = aligned && s.cols % kVecOf<typename Op::Type> == 0 && aligned16(op.xin) && aligned16(op.dy) &&
                    aligned16(op.gamma) && aligned16(op.beta);
-  const TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
+  TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
+  if (op.one_pack_rows()) c = one_pack_rows(c, Op::kBudget);
   BwdRunner<Op> runner{op,
                        s.rows / groups,
                        groups,

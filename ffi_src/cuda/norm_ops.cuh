@@ -272,6 +272,7 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
 // cotangent of its second output h first, so the gradient of x + r is written once.
 template <class D>
 struct StoreDx {
+  static constexpr bool kHoldsThirdRow = false;
   D* dx;
   template <int N>
   using Early = NoEarly;
@@ -286,6 +287,7 @@ struct StoreDx {
 // at the store.
 template <class D>
 struct StorePlusDh {
+  static constexpr bool kHoldsThirdRow = sizeof(D) == 2;  // as loaded, beside the 16-bit rows
   D* dx;
   const D* dh;  // null where h's cotangent is a symbolic zero: nothing to read
   template <int N>
@@ -328,7 +330,10 @@ struct NormBwdOp {
   using RowType = A;
   static constexpr int kColumnSums = kBiasGrad ? 2 : 1;
   // Cluster tiles exchange by st.async (row_reduce.cuh says what it gained).
-  static constexpr TileBudget kBudget = with_async_exchange(norm_backward_budget(sizeof(T)));
+  // Rows of 1024-4096 16-bit columns may take one pack a thread where the tile holds a third row
+  // (one_pack_rows below).
+  static constexpr TileBudget kBudget = with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
+                                                           Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
@@ -352,6 +357,13 @@ struct NormBwdOp {
     float rstd, c1, c2;
     RowIn in;
   };
+
+  // Whether this call's CTA-wide rows take one pack a thread (tile_choice.h, one_pack_rows says
+  // where it gained): RMSNorm's, with h's cotangent to add.
+  bool one_pack_rows() const {
+    if constexpr (kBudget.one_pack_rows) return !f.centered && dx.dh != nullptr;
+    return false;
+  }
 
   __device__ void prefetch(int64_t row0, int64_t nrows, int part, int parts) const {
     prefetch_l2_rows(xin, row0, nrows, cols, part, parts);

@@ -323,6 +323,7 @@ constexpr int bwd_min_ctas_per_sm() {
     if (Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
       return 2;
   }
+  if (Op::kBudget.one_pack_rows && kPacks == 1) return 1024 / kBlock;  // tile_choice.h, one_pack_rows
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
 

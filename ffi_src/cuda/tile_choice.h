@@ -30,6 +30,7 @@ struct TileBudget {
   bool spread_small = false;  // spread_small_launch may give a launch of few rows one pack a thread
   bool async_exchange = false;  // cluster tiles exchange by st.async (row_reduce.cuh)
   int staged_cluster = 0;  // forward cluster tiles of this many CTAs run staged (staged_fwd.cuh)
+  bool one_pack_rows = false;  // one_pack_rows may give CTA-wide rows twice the threads of one pack
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -101,6 +102,11 @@ constexpr TileBudget with_staged_cluster(TileBudget budget, int cluster) {
   budget.staged_cluster = cluster;
   return budget;
 }
+// A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
+constexpr TileBudget with_one_pack_rows(TileBudget budget, bool on) {
+  budget.one_pack_rows = on;
+  return budget;
+}
 // Few rows (at most 128 threads a row and one 128-thread CTA of them an SM, `sms` the device's)
 // get one pack a thread and packs-times as many threads a row: there a row's time is its warps'
 // chain of dependent instructions (one round of loads, then the packs' arithmetic one after
@@ -154,6 +160,22 @@ inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileB
   if (tpr > kSpreadWideTpr || (packs == 1 && tpr > kSpreadMaxTpr) || rows * tpr > int64_t{sms} * kSpreadMaxTpr)
     return c;
   c.tpr = tpr, c.block = tpr <= 32 ? 128 : tpr, c.packs = packs;
+  return c;
+}
+
+// CTA-wide rows of 64-256 threads of 2 packs (520-4096 16-bit columns) as twice the threads of
+// one pack, 256-512 threads a CTA and 1024 threads an SM at 64 registers (row_tiles.cuh,
+// bwd_min_ctas_per_sm). The residual-add RMSNorm backward with h's cotangent holds three rows
+// (h, dy, the cotangent) in 104-111 registers at two packs, one 512-thread worker's worth an SM
+// (bwd_min_ctas_per_sm: 2 CTAs of 256 or 1 of 512): its kernel took 0.88-0.91x the time at
+// 1024-4096 bf16 and fp16 columns (H200, same-call A/B, results/h200-one-pack-addnorm). Not taken
+// where it did not gain: the plain norm backward (0.99-1.06x), LayerNorm's (0.98-1.01x), a float32
+// h (its rows are held as floats), no cotangent (then it holds the plain backward's two rows).
+inline TileChoice one_pack_rows(TileChoice c, TileBudget budget) {
+  if (!budget.one_pack_rows || c.loop_tpr > 0 || c.cluster != 1 || c.packs != 2 || c.tpr < 64 ||
+      c.tpr * 2 > budget.max_block)
+    return c;
+  c.tpr *= 2, c.packs = 1, c.block = cta_threads(c.tpr, budget);
   return c;
 }
 
@@ -218,6 +240,8 @@ constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
   if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
   if (kTPR <= 32 || kBlock > max_block) return false;
+  if (budget.one_pack_rows && kCluster == 1 && kPacks == 1 && kTPR >= 128 && kBlock == cta_threads(kTPR, budget))
+    return true;
   if (kCluster == 1 && kPacks == 1 && kBlock == kTPR) return budget.spread_small && kTPR <= kSpreadMaxTpr;
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
@@ -244,6 +268,6 @@ constexpr bool tile_possible(TileBudget budget) {
   X(256, 256, 8, 2) X(256, 256, 8, 4) X(256, 256, 8, 8) X(256, 256, 8, 16)                             \
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
-  X(512, 512, 8, 16) X(256, 256, 1, 16)
+  X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)
 
 }  // namespace jaxnorm
