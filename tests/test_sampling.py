@@ -319,7 +319,8 @@ def test_huge_top_k_is_off_not_wrapped(rng):
 
 def test_reference_clamps_per_row_min_p_as_documented(rng):
     """min_p <= 0 or NaN is off, min_p >= 1 keeps the top token(s): the spec and the kernels agree."""
-    x = logits_of(rng, (5, 9), F32).at[4, 3].set(10.0).at[4, 6].set(10.0)
+    # The tied pair above any N(0, 3^2) draw (at 10.0, one of row 4's others passed it 0.3% of runs).
+    x = logits_of(rng, (5, 9), F32).at[4, 3].set(50.0).at[4, 6].set(50.0)
     mp = jnp.array([-0.5, jnp.nan, 2.0, 1.0, 3.0])
     got = np.asarray(jaxnorm.filter_logits(x, min_p=mp))
     assert same_filtered(got, reference.filter_logits(x, min_p=mp))
