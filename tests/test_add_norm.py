@@ -74,9 +74,9 @@ def check_add_norm(op, rng, shape, dtype, *, r_dtype=None, use_h=True, offset=0.
 
     assert y.dtype == dtype and h.dtype == h_dtype, (y.dtype, h.dtype)
     # h = x + r rounded once to its dtype: a float32 sum of two values of at most float32's
-    # precision, correctly rounded, is the float64 sum correctly rounded. Rounded by numpy, not
-    # the jitted reference: XLA's CPU conversion flushes float16's subnormals to zero, and among
-    # a million sums a few land there.
+    # precision, correctly rounded, is the float64 sum correctly rounded. Rounded by numpy,
+    # independently of the reference (whose reduce_precision once flushed float16's subnormal
+    # sums to zero; among a million sums a few land there).
     np.testing.assert_array_equal(as_f64(h), (as_f64(x) + as_f64(r)).astype(h_dtype).astype(np.float64))
     # Every check below is the plain norm's, of h (exact in h's dtype), with the applied scale.
     applied = (jnp.asarray(offset + as_f64(params[0])),) + params[1:]

@@ -330,7 +330,7 @@ struct NormBwdOp {
   using RowType = A;
   static constexpr int kColumnSums = kBiasGrad ? 2 : 1;
   // Cluster tiles exchange by st.async (row_reduce.cuh says what it gained).
-  // Rows of 1024-4096 16-bit columns may take one pack a thread where the tile holds a third row
+  // Rows of 520-4096 16-bit columns may take one pack a thread where the tile holds a third row
   // (one_pack_rows below).
   static constexpr TileBudget kBudget = with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                                                            Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2);
