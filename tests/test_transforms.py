@@ -65,21 +65,23 @@ def test_vmap_matches_loop_many_row_chunks(op, rng):
     assert_trees_close(batched, looped, F32, width=1100 * 129)
 
 
-# vmapped rows of the norm backward's held-scale cluster tiles (row_tiles.cuh, held_scale_bwd):
-# each vmapped example is a group of rows (its own scale/bias gradient), so the scale held in
-# shared memory (and RMSNorm's staged copies) are indexed by group as well as by worker; 40 rows
-# a group of 65536 bf16 columns give a worker several rows (clusters of 4 an H100 or H200 holds
-# ~33 of at once).
+# vmapped groups of the norm backward's rows, each group its own scale/bias gradient:
+# - the held-scale cluster tiles (row_tiles.cuh, held_scale_bwd), where the scale held in shared
+#   memory (and RMSNorm's staged copies) are indexed by group as well as by worker: 40 rows a
+#   group of 65536 bf16 columns give a worker several rows (clusters of 4 an H100 or H200 holds
+#   ~33 of at once);
+# - RMSNorm's warp rows (tile_choice.h, warp_rows: 520-896 16-bit columns in launches of at least
+#   64 rows an SM), four groups' rows in one launch and 8800 rows a looped call.
 @op_params(NORMS)
+@pytest.mark.parametrize("groups,rows,width", [(2, 40, 65536), (4, 8800, 648)], ids=str)
 @pytest.mark.wide
-def test_vmap_wide_rows_grouped_backward(op, rng):
-    width = 65536
-    xs = make_x(op, rng, (2, 40, width), DTYPES["bfloat16"])
+def test_vmap_grouped_backward(op, groups, rows, width, rng):
+    xs = make_x(op, rng, (groups, rows, width), DTYPES["bfloat16"])
     cts = make_cotangent(rng, xs)
     params = make_params(op, rng, (width,), DTYPES["bfloat16"])
     f = lambda x, ct: per_example(op, x, params, ct)  # noqa: E731
     batched = jax.jit(jax.vmap(f))(xs, cts)
-    looped = _stack([jax.jit(f)(xs[i], cts[i]) for i in range(2)])
+    looped = _stack([jax.jit(f)(xs[i], cts[i]) for i in range(groups)])
     assert_trees_close(batched, looped, DTYPES["bfloat16"], width=width)
 
 

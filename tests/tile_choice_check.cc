@@ -1,5 +1,5 @@
 // Host check of the CUDA dispatch table: for every op budget, element size and row width, the
-// tile choose_tile returns (and spread_small_launch's, for a few row counts, and one_pack_rows's)
+// tile choose_tile returns (and spread_small_launch's, for a few row counts, one_pack_rows's and warp_rows's)
 // is instantiated (listed in JN_FOR_EACH_TILE and allowed by tile_possible for that budget) and
 // holds the whole row. Built and run by test_tile_choice.py.
 #include <cstdio>
@@ -38,7 +38,8 @@ int main() {
              {"softmax backward 16-bit", kSoftmaxBackwardBudget, 2},
              {"norm forward 16-bit", with_small_spread(kHeldRowForwardBudget), 2},
              {"norm forward f32", with_small_spread(kHeldRowPersistent16Budget), 4},
-             {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2}};
+             {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2},
+             {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2}};
   long passed = 0, failed = 0;
   for (const auto& op : ops) {
     const int vec = 16 / op.elem_bytes;
@@ -51,9 +52,13 @@ int main() {
           if (rows > 0 && !op.budget.spread_small) break;
           const TileChoice c0 = choose_tile(cols, vec, vectorizable, clusters, op.budget);
           // And one_pack_rows of it, for budgets that take one pack a thread.
-          for (int one_pack = 0; one_pack < (op.budget.one_pack_rows ? 2 : 1); ++one_pack) {
+          // And warp_rows of it at 1 and 2^20 rows, for budgets that may take a warp a row.
+          for (int one_pack = 0; one_pack < (op.budget.one_pack_rows ? 2 : 1); ++one_pack)
+          for (long warp_rows_of : {0L, 1L, 1L << 20}) {
+            if (warp_rows_of > 0 && op.budget.warp_rows == 0) break;
             const TileChoice c1 = rows > 0 ? spread_small_launch(c0, rows, 132, op.budget, clusters) : c0;
-            const TileChoice c = one_pack ? one_pack_rows(c1, op.budget) : c1;
+            const TileChoice c2 = one_pack ? one_pack_rows(c1, op.budget) : c1;
+            const TileChoice c = warp_rows_of > 0 ? warp_rows(c2, cols, vec, warp_rows_of, 132, op.budget) : c2;
             bool ok;
             if (c.loop_tpr > 0) {
               ok = c.loop_tpr == 32 || c.loop_tpr == 512;
@@ -75,8 +80,9 @@ int main() {
             if (ok) {
               ++passed;
             } else if (++failed <= 20) {
-              std::printf("FAIL %s cols=%ld clusters=%d rows=%ld one_pack=%d -> tile (%d, %d, %d, %d) loop %d\n",
-                          op.name, cols, clusters, rows, one_pack, c.tpr, c.block, c.packs, c.cluster, c.loop_tpr);
+              std::printf("FAIL %s cols=%ld clusters=%d rows=%ld one_pack=%d warp_rows_of=%ld -> tile (%d, %d, %d, %d) loop %d\n",
+                          op.name, cols, clusters, rows, one_pack, warp_rows_of, c.tpr, c.block, c.packs, c.cluster,
+                          c.loop_tpr);
             }
           }
         }

@@ -50,6 +50,8 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
                    aligned16(op.gamma) && aligned16(op.beta);
   TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
   if (op.one_pack_rows()) c = one_pack_rows(c, Op::kBudget);
+  if (!op.f.centered)  // RMSNorm's: LayerNorm's (the bias-free kind takes this op) was not measured
+    c = warp_rows(c, s.cols, kVecOf<typename Op::Type>, s.rows, device_facts().sms, Op::kBudget);
   BwdRunner<Op> runner{op,
                        s.rows / groups,
                        groups,

@@ -31,6 +31,7 @@ struct TileBudget {
   bool async_exchange = false;  // cluster tiles exchange by st.async (row_reduce.cuh)
   int staged_cluster = 0;  // forward cluster tiles of this many CTAs run staged (staged_fwd.cuh)
   bool one_pack_rows = false;  // one_pack_rows may give CTA-wide rows twice the threads of one pack
+  int warp_rows = 0;  // warp_rows may give rows of up to this many packs a warp of 2 x block_packs
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -78,6 +79,12 @@ constexpr TileBudget norm_backward_budget(int elem_bytes) {
 // The softmax backward holds y and dy: 32 registers at 4 packs (16-bit as loaded, float32 as
 // floats), so its 512-thread tiles fit twice a SM and run one-shot (row_tiles.cuh, one_shot_bwd).
 constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512, false, 16};
+
+// A budget whose rows of up to `packs` packs may take a warp each (warp_rows).
+constexpr TileBudget with_warp_rows(TileBudget budget, int packs) {
+  budget.warp_rows = packs;
+  return budget;
+}
 
 // Threads per CTA for a CTA-wide tile whose rows take `tpr` threads.
 constexpr int cta_threads(int tpr, TileBudget budget) { return tpr < budget.min_block ? budget.min_block : tpr; }
@@ -179,6 +186,21 @@ inline TileChoice one_pack_rows(TileChoice c, TileBudget budget) {
   return c;
 }
 
+// Rows of 64 threads of block_packs packs in launches of many rows as one warp of twice the packs,
+// four rows a 128-thread CTA: a row reduces by shuffles alone (no CTA barrier), and the SM holds
+// twice the rows at the same warps. 16-bit RMSNorm backward, against 64 threads of 2 packs (H200,
+// two builds in one call, results/h200-warp-rows): the kernel took 0.87x the time at 520-640
+// columns, 0.91x at 768, 0.96x at 896, but 1.04-1.07x at 1024 (hence budget.warp_rows = 112
+// packs) and 1.11-1.12x in launches of 2048-4096 rows (16384 x 768: 0.98x; hence 64 rows an SM).
+constexpr int64_t kWarpRowsPerSm = 64;
+inline TileChoice warp_rows(TileChoice c, int64_t cols, int vec, int64_t rows, int sms, TileBudget budget) {
+  if (budget.warp_rows == 0 || c.loop_tpr > 0 || c.cluster != 1 || c.tpr != 64 || c.packs != budget.block_packs ||
+      cols / vec > budget.warp_rows || rows < kWarpRowsPerSm * sms)
+    return c;
+  c.tpr = 32, c.block = 128, c.packs = 2 * budget.block_packs;
+  return c;
+}
+
 inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clusters, TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
   TileChoice c;
@@ -238,7 +260,8 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 template <int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool tile_possible(TileBudget budget) {
   const int block_packs = budget.block_packs, max_block = budget.max_block, wide_packs = budget.wide_packs;
-  if (kTPR <= 32 && kBlock == 128 && kCluster == 1) return kPacks <= block_packs;
+  if (kTPR <= 32 && kBlock == 128 && kCluster == 1)
+    return kPacks <= block_packs || (kTPR == 32 && kPacks == 2 * block_packs && budget.warp_rows > 0);
   if (kTPR <= 32 || kBlock > max_block) return false;
   if (budget.one_pack_rows && kCluster == 1 && kPacks == 1 && kTPR >= 128 && kBlock == cta_threads(kTPR, budget))
     return true;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One GPU call, two builds: a base tree in abtree/ (made here by
+#   rm -rf abtree && mkdir abtree && git archive BASE ffi_src jaxnorm CMakeLists.txt pyproject.toml README.md | tar -x -C abtree
+# and left untracked, so it travels) and this tree, each installed (not editable) into its own
+# directory and imported by PYTHONPATH from outside the repository. Then the row families' tests on
+# this tree's build and benchmarks/ab_norm_bwd.py's SET, two rounds a side (m0: base, m1: this tree).
+#
+#   COMMIT=<hash> BASE=<hash> SET=<set> bash benchmarks/ab_two_builds.sh
+#
+# Use it where the new side changes device code that a runtime switch would share with the old
+# side: a switch puts both paths in every kernel, and that alone moved main's bf16 RMSNorm backward
+# by 3.7% at 1024 columns (results/h200-lean-bwd). Switches picking among kernels at launch are
+# free of that (ab_norm_bwd.sh). Only the summary and the logs' tarball come back ($OUT).
+set -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+R=$PWD L=/tmp/ablogs; mkdir -p $L
+echo "new $COMMIT, base $BASE, set ${SET:?}" | tee "$OUT/commit.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+t0=$(date +%s)
+build() { JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/$1 $2 > $L/build-$1.log 2>&1
+  echo "$1 build rc=$? $(( $(date +%s) - t0 )) s"; }
+build m0 ./abtree & build m1 .
+wait
+cd /tmp
+for m in m0 m1; do
+  PYTHONPATH=/tmp/$m python3 -c "import jaxnorm, jaxnorm._ffi as f; print('$m', jaxnorm.__file__, 'cuda', f.cuda_built())" 2>&1 | tail -1
+done
+PYTHONPATH=/tmp/m1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${TEST_TIMEOUT:-150} \
+  python3 -m pytest -q -n 16 -p no:cacheprovider -p no:benchmark ${TESTS:-$R/tests/test_norm.py $R/tests/test_add_norm.py \
+  $R/tests/test_transforms.py $R/tests/test_forward_mode.py} > $L/pytest-m1.log 2>&1
+tail -n 1 $L/pytest-m1.log; grep -E "^(FAILED|ERROR)" $L/pytest-m1.log | head -20
+export XLA_PYTHON_CLIENT_MEM_FRACTION=0.8
+run() { [ $SECONDS -gt ${AB_UNTIL:-520} ] && { echo "skip $1$2"; return; }
+  PYTHONPATH=/tmp/$1 timeout 100 python3 $R/benchmarks/ab_norm_bwd.py $1$2 /tmp/ab $SET 2>&1 | grep -v Warn >> $L/ab.log; }
+for i in 1 2; do run m0 r$i; run m1 r$i; done
+grep "NOT REPRODUCIBLE" $L/ab.log
+python3 $R/benchmarks/ab_norm_bwd.py --compare /tmp/ab m0 m1 | tee $OUT/ab-summary.txt
+cp /tmp/ab/*.json $L/ 2>/dev/null
+tar -czf $OUT/logs.tgz -C $L .
+echo "total $SECONDS s"
