@@ -14,14 +14,17 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-R=$PWD L=/tmp/ablogs; mkdir -p $L
+R=$PWD L=/tmp/ablogs
+rm -rf $L /tmp/m0 /tmp/m1 /tmp/ab; mkdir -p $L  # a warm machine keeps them (pip --target would not replace)
 echo "new $COMMIT, base $BASE, set ${SET:?}" | tee "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+[ -f abtree/pyproject.toml ] || { echo "no abtree/: see the header"; exit 1; }
 t0=$(date +%s)
 build() { JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/$1 $2 > $L/build-$1.log 2>&1
-  echo "$1 build rc=$? $(( $(date +%s) - t0 )) s"; }
-build m0 ./abtree & build m1 .
-wait
+  local rc=$?; echo "$1 build rc=$rc $(( $(date +%s) - t0 )) s"; return $rc; }
+build m0 ./abtree & pid=$!
+build m1 . || { tail -20 $L/build-m1.log; exit 1; }
+wait $pid || { tail -20 $L/build-m0.log; exit 1; }
 cd /tmp
 for m in m0 m1; do
   PYTHONPATH=/tmp/$m python3 -c "import jaxnorm, jaxnorm._ffi as f; print('$m', jaxnorm.__file__, 'cuda', f.cuda_built())" 2>&1 | tail -1
@@ -31,7 +34,8 @@ PYTHONPATH=/tmp/m1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLO
   $R/tests/test_transforms.py $R/tests/test_forward_mode.py} > $L/pytest-m1.log 2>&1
 tail -n 1 $L/pytest-m1.log; grep -E "^(FAILED|ERROR)" $L/pytest-m1.log | head -20
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.8
-run() { [ $SECONDS -gt ${AB_UNTIL:-520} ] && { echo "skip $1$2"; return; }
+# A run takes ~20-50 s (100 s at most): AB_UNTIL leaves the rest within the call's 600 s.
+run() { [ $SECONDS -gt ${AB_UNTIL:-440} ] && { echo "skip $1$2"; return; }
   PYTHONPATH=/tmp/$1 timeout 100 python3 $R/benchmarks/ab_norm_bwd.py $1$2 /tmp/ab $SET 2>&1 | grep -v Warn >> $L/ab.log; }
 for i in 1 2; do run m0 r$i; run m1 r$i; done
 grep "NOT REPRODUCIBLE" $L/ab.log

@@ -50,7 +50,9 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
                    aligned16(op.gamma) && aligned16(op.beta);
   TileChoice c = choose_tile_for<Op>(s.cols, vec, device_facts().clusters);
   if (op.one_pack_rows()) c = one_pack_rows(c, Op::kBudget);
-  if (!op.f.centered)  // RMSNorm's: LayerNorm's (the bias-free kind takes this op) was not measured
+  // As measured: RMSNorm's default mode (LayerNorm's bias-free backward and the memory-efficient
+  // mode share the op and were not measured).
+  if (!op.f.centered && !op.f.memory_efficient)
     c = warp_rows(c, s.cols, kVecOf<typename Op::Type>, s.rows, device_facts().sms, Op::kBudget);
   BwdRunner<Op> runner{op,
                        s.rows / groups,

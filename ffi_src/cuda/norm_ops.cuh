@@ -332,12 +332,12 @@ struct NormBwdOp {
   // Cluster tiles exchange by st.async (row_reduce.cuh says what it gained).
   // Rows of 520-4096 16-bit columns may take one pack a thread where the tile holds a third row
   // (one_pack_rows below).
-  // 16-bit RMSNorm rows of 520-896 columns without a third row may take a warp of 4 packs
+  // The plain 16-bit RMSNorm backward's rows of 520-896 columns may take a warp of 4 packs
   // (tile_choice.h, warp_rows; norm_bwd_run.cuh).
   static constexpr TileBudget kBudget = with_warp_rows(
       with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                          Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
-      sizeof(T) == 2 && sizeof(A) == 2 && !kBiasGrad && !Dx::kHoldsThirdRow ? 112 : 0);
+      sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value && !kBiasGrad ? 112 : 0);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
