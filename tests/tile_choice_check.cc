@@ -1,7 +1,7 @@
 // Host check of the CUDA dispatch table: for every op budget, element size and row width, the
 // tile choose_tile returns (and spread_small_launch's, for a few row counts, one_pack_rows's and warp_rows's)
 // is instantiated (listed in JN_FOR_EACH_TILE and allowed by tile_possible for that budget) and
-// holds the whole row. Built and run by test_tile_choice.py.
+// holds the whole row. Built and run by test_host_programs.py.
 #include <cstdio>
 
 #include "cuda/tile_choice.h"
