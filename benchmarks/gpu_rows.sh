@@ -20,14 +20,15 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
 # QuACK's wheels travel in .whl (git-ignored; benchmarks/quack_wheels.sh makes them). Its 92 MB
 # cu13 libraries wheel is over a call's carry limit beside the tree, so its files travel as an xz
-# tar (63.5 MB) in two parts, cu13.txz.part00 (in .whl, with the small wheels) and part01 (in a
-# second call's WHL_DIR), over consecutive calls on one warm machine. Each part and wheel seen is
-# kept in /tmp, and the install, once all are there, in $SITE, so later calls skip all of this.
+# tar (63.5 MB) in parts, cu13.txz.part00 (in .whl, with the small wheels and cu13.txz.nparts, the
+# count) and the rest (in later calls' WHL_DIR: .whl2, .whl3), over consecutive calls on one warm
+# machine. Each part and wheel seen is kept in /tmp, and the install, once all are there, in $SITE,
+# so later calls skip all of this.
 SITE=/tmp/site-quack
 shopt -s nullglob
 WHL=${WHL_DIR:-.whl}
 mkdir -p /tmp/quack-whl
-for part in $WHL/cu13.txz.part0[01]; do cp "$part" /tmp/; done
+for part in $WHL/cu13.txz.part?? $WHL/cu13.txz.nparts; do [ -f "$part" ] && cp "$part" /tmp/; done
 for w in $WHL/*.whl; do cp "$w" /tmp/quack-whl/; done
 if [ -f $SITE/.complete ]; then
   echo "QuACK: installed by an earlier call on this machine ($SITE)"
@@ -37,13 +38,14 @@ else
            torch_c_dlpack_ext jax_tvm_ffi einops; do
     found=(/tmp/quack-whl/$w-*.whl); [ ${#found[@]} -gt 0 ] || missing+=($w)
   done
-  for p in 00 01; do [ -f /tmp/cu13.txz.part$p ] || missing+=(cu13.txz.part$p); done
+  nparts=$(cat /tmp/cu13.txz.nparts 2>/dev/null || echo 2)
+  for p in $(seq -f %02g 0 $((nparts - 1))); do [ -f /tmp/cu13.txz.part$p ] || missing+=(cu13.txz.part$p); done
   if [ ${#missing[@]} -eq 0 ]; then
     # One --target install for the wheels (a second would replace nvidia_cutlass_dsl/), then the
     # cu13 files unpacked into the same tree, as its wheel would have put them.
     rm -rf $SITE
     python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/quack-whl/*.whl 2>&1 | tail -3 &&
-      cat /tmp/cu13.txz.part00 /tmp/cu13.txz.part01 | tar xJf - -C $SITE && touch $SITE/.complete &&
+      cat $(seq -f /tmp/cu13.txz.part%02g 0 $((nparts - 1))) | tar xJf - -C $SITE && touch $SITE/.complete &&
       echo "QuACK: installed" || echo "QuACK: the install failed: the benchmark runs without it"
   else
     echo "QuACK: not installed, missing ${missing[*]}: the benchmark runs without it"
