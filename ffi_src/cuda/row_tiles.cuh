@@ -141,13 +141,15 @@ constexpr bool holds_raw() {
 // 32768-131072, LayerNorm +6-12% at 65536-262144 but -5% (bf16) and -11% (fp16) at 32768, the
 // clusters of 2, which keep three. Float32 8-pack norm tiles at four too (RMSNorm's spill 8
 // bytes): LayerNorm +3.4-5.8%, RMSNorm +1.3-3.5% at 32768-65536 columns, 131072 +-0.6% (v25).
+// Float32 softmax's (60 registers at four, 66 at three, no spill) since h200-f32-occupancy.
+// The 512-thread clusters of 16 holding 32 registers of row (float32 rows of 131073-262144
+// columns) fit twice: 60-64 registers (RMSNorm's spill 8 bytes), two rows' chains an SM where one
+// CTA an SM had the SM's loads idle while its row reduced and stored (results/h200-f32-occupancy).
 template <class Op, int kBlock, int kPacks, int kCluster = 1>
 constexpr int min_ctas_per_sm() {
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
-  if constexpr (kBlock == 256 && kPacks >= 8 && (holds_raw<Op, kPacks>() || Op::kParamFloats > 0) &&
-                (Op::kParamFloats < 2 || kCluster >= 4)) {
-    return 4;
-  }
+  if constexpr (kBlock == 256 && kPacks >= 8 && held <= 32 && (Op::kParamFloats < 2 || kCluster >= 4)) return 4;
+  if constexpr (kBlock == 512 && kPacks == 8 && held == 32 && kCluster == 16) return 2;
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
