@@ -88,12 +88,14 @@ def test_width_sweep(op, dtype, width, rng):
 # three (bf16 32768: clusters of 2 forward, 2-4 backward; float32 131072: clusters of 16; bf16
 # 262144: the widest tiles, with the backward's partials in shared memory; bf16 65544: a row one
 # pack past a cluster's, so the last CTA's part of it is short, in every stage the forward's
-# bulk copies refill).
+# bulk copies refill; float32 262144: the 512-thread clusters of 16, two CTAs an SM, 14 clusters
+# on an H200).
 @op_params()
 @pytest.mark.parametrize("shape,dtype", [((400, 32768), "bfloat16"), ((64, 131072), "float32"),
-                                         ((48, 262144), "bfloat16"), ((300, 65544), "bfloat16")],
+                                         ((48, 262144), "bfloat16"), ((300, 65544), "bfloat16"),
+                                         ((48, 262144), "float32")],
                          ids=["400x32768-bfloat16", "64x131072-float32", "48x262144-bfloat16",
-                              "300x65544-bfloat16"])
+                              "300x65544-bfloat16", "48x262144-float32"])
 @pytest.mark.wide
 def test_cluster_workers_take_many_rows(op, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype])

@@ -141,10 +141,11 @@ constexpr bool holds_raw() {
 // 32768-131072, LayerNorm +6-12% at 65536-262144 but -5% (bf16) and -11% (fp16) at 32768, the
 // clusters of 2, which keep three. Float32 8-pack norm tiles at four too (RMSNorm's spill 8
 // bytes): LayerNorm +3.4-5.8%, RMSNorm +1.3-3.5% at 32768-65536 columns, 131072 +-0.6% (v25).
-// Float32 softmax's (60 registers at four, 66 at three, no spill) since h200-f32-occupancy.
-// The 512-thread clusters of 16 holding 32 registers of row (float32 rows of 131073-262144
-// columns) fit twice: 60-64 registers (RMSNorm's spill 8 bytes), two rows' chains an SM where one
-// CTA an SM had the SM's loads idle while its row reduced and stored (results/h200-f32-occupancy).
+// Float32 softmax's too (60 registers at four, no spill): 1.05-1.10x at 16384-131072 columns on
+// the H200. The 512-thread clusters of 16 holding 32 registers of row (float32 rows of
+// 131073-262144 columns) fit twice, in 60-64 registers (RMSNorm's spill 8 bytes): one CTA an SM
+// left the SM loading nothing while its row reduced and stored; softmax 1.54x, the persistent
+// norm tiles 1.06-1.10x at 262144 (results/h200-f32-occupancy).
 template <class Op, int kBlock, int kPacks, int kCluster = 1>
 constexpr int min_ctas_per_sm() {
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
