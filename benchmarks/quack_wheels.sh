@@ -7,6 +7,7 @@
 #   bash benchmarks/quack_wheels.sh [DIR1 DIR2 DIR3]      (~4 min, most of it xz)
 set -euo pipefail
 D1=${1:-.whl} D2=${2:-.whl2} D3=${3:-.whl3}
+N=3  # parts: part00 with the small wheels in D1, part01 in D2, part02 in D3
 tmp=$(mktemp -d)
 python3 -m pip download -q --no-deps --python-version 3.12 --platform manylinux_2_28_x86_64 --only-binary=:all: \
   -d "$tmp" quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
@@ -15,8 +16,8 @@ python3 -m pip download -q --no-deps --python-version 3.12 --platform manylinux_
 mkdir -p "$tmp/cu13" "$D1" "$D2" "$D3"
 (cd "$tmp/cu13" && python3 -m zipfile -e "$tmp"/nvidia_cutlass_dsl_libs_cu13-*.whl . && tar cf - . | xz -T0 -9e) > "$tmp/cu13.txz"
 rm "$tmp"/nvidia_cutlass_dsl_libs_cu13-*.whl
-split -n 3 -d "$tmp/cu13.txz" "$tmp/cu13.txz.part"
-echo 3 > "$tmp/cu13.txz.nparts"
+split -n $N -d "$tmp/cu13.txz" "$tmp/cu13.txz.part"
+echo $N > "$tmp/cu13.txz.nparts"
 mv "$tmp"/*.whl "$tmp/cu13.txz.part00" "$tmp/cu13.txz.nparts" "$D1"/
 mv "$tmp/cu13.txz.part01" "$D2"/
 mv "$tmp/cu13.txz.part02" "$D3"/
