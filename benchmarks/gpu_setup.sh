@@ -1,11 +1,16 @@
 # Sourced by the family GPU scripts (gpu_padding.sh, gpu_decode.sh, gpu_sampling.sh): strict
 # pipes, $OUT, the commit measured (COMMIT=<hash>: the device tree's .git may be stale), the GPU
-# and its clocks, then the build of the CUDA handlers, timed.
+# and its clocks, then the build of the CUDA handlers, timed. BUILD=0 skips the build: the jaxnorm
+# that imports is measured (an earlier call's build of the same tree, on a warm machine).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 t0=$(date +%s)
-JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q -e . 2>&1 | tail -3
-echo "build: $(( $(date +%s) - t0 )) s"
+if [ "${BUILD:-1}" = 0 ]; then
+  python3 -c "import jaxnorm, jaxnorm._ffi as f; print('build skipped (BUILD=0):', jaxnorm.__file__, 'cuda', f.cuda_built())"
+else
+  JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q -e . 2>&1 | tail -3
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi

@@ -39,12 +39,12 @@ struct NormFwdOp {
   using Stats = std::conditional_t<kCentered, Welford, float>;
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
   // Clusters of 16 one-shot only where that measured faster (tile_choice.h); the exchange by
-  // st.async for 16-bit LayerNorm only (row_reduce.cuh); 16-bit RMSNorm's clusters of 16 staged
-  // (staged_fwd.cuh).
-  static constexpr TileBudget kBudget = with_staged_cluster(
+  // st.async for 16-bit LayerNorm only (row_reduce.cuh); staged (staged_fwd.cuh): 16-bit
+  // RMSNorm's clusters of 16, the float32 norms' clusters.
+  static constexpr TileBudget kBudget = with_staged_clusters(
       with_async_exchange(with_small_spread(sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget),
                           kCentered && sizeof(T) == 2),
-      !kCentered && sizeof(T) == 2 ? 16 : 0);
+      sizeof(T) == 4 ? 2 | 4 | 8 | 16 : kCentered ? 0 : 16);
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.
@@ -180,7 +180,7 @@ struct NormFwdOp {
 
   // The row kernel's stores (tiles holding x as loaded) with the flags of the common call as
   // constants, a copy of the op whose fields the compiler folds: the scale present, LayerNorm's
-  // bias present and RMSNorm's absent, split packs (wide rows). Each pack's two scale (and bias)
+  // bias present and RMSNorm's absent, split packs (wide 16-bit rows). Each pack's two scale (and bias)
   // loads then sit at fixed offsets of one base, without RMSNorm's third load, the moves that keep
   // a default scale of 1 and bias of 0 in registers and the copies of the loaded values out of
   // the split/whole branch, and the stores need no branch: RMSNorm 67 -> 37 instructions a pack
@@ -189,9 +189,9 @@ struct NormFwdOp {
   static constexpr bool kSpecializes = true;
   template <class F>
   __device__ void specialize(F&& f) const {
-    if (has_scale && has_bias == kCentered && split) {
+    if (has_scale && has_bias == kCentered && split == kSplitPacks) {
       NormFwdOp o = *this;
-      o.has_scale = true, o.has_bias = kCentered, o.split = true;
+      o.has_scale = true, o.has_bias = kCentered, o.split = kSplitPacks;
       f(o);
     } else {
       f(*this);

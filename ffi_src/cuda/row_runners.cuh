@@ -47,8 +47,8 @@ struct FwdRunner {
       if (replicas == 2) return replicated<kTPR, kBlock, kPacks, 2>();
     }
     if constexpr (staged_tile<Op, kTPR, kBlock, kPacks, kCluster>()) {
-      auto staged = staged_fwd_kernel<Op, kCluster>;
-      constexpr size_t smem = staged_smem<Op>();
+      auto staged = staged_fwd_kernel<Op, kBlock, kPacks, kCluster>;
+      constexpr size_t smem = staged_smem<Op, kBlock, kPacks>();
       static const int staged_resident = resident_workers(staged, kBlock, kCluster, smem);
       if (staged_resident > 0) {
         const int64_t workers = std::min<int64_t>(rows, staged_resident);

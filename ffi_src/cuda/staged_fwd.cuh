@@ -1,16 +1,17 @@
-// The 16-bit norm forwards' cluster tiles (256 threads x 8 packs a CTA, 16384 columns) as a
-// persistent grid, one CTA an SM, that keeps its column slice's scale (and bias) in shared
-// memory for all of its rows and stages each row's x there by bulk asynchronous copies
-// (cp.async.bulk on an mbarrier), two rows ahead. The one-shot tiles read a CTA's 64 KB (RMSNorm)
-// or 128 KB (LayerNorm) of float32 parameters from L2 for every 32 KB row slice of x: without
-// those reads the same kernels ran 1-9% (RMSNorm) and 13-29% (LayerNorm) faster
-// (results/h100-rows.md, v25). Here they are read from L2 once a CTA; the copies keep the bytes
-// in flight that one CTA an SM would not have from its own loads. But a CTA runs its rows' chains
-// one after another, where the one-shot tiles overlap four an SM: measured against them (v26,
-// v27), staged RMSNorm ran 0.93x at 32768-65536 columns, 0.99x at 131072 and 1.04x at 262144,
-// LayerNorm 0.99-1.02x (behind its one-shot tiles with the st.async exchange). So only the clusters
-// of 16 of 16-bit RMSNorm run staged (the budget's staged_cluster), with the st.async exchange it
-// was measured with.
+// The norm forwards' cluster tiles as a persistent grid that keeps its column slice's scale (and
+// bias) in shared memory for all of its rows and stages each row's x there by bulk asynchronous
+// copies (cp.async.bulk on an mbarrier), two rows ahead (one where two do not fit beside the
+// parameters). The one-shot tiles read a CTA's float32 parameters from L2 for every row slice of
+// x: 4 bytes (RMSNorm) or 8 (LayerNorm) a column, beside 2 bytes of a 16-bit x or 4 of a float32
+// one. Without those reads the 16-bit one-shot kernels ran 1-9% (RMSNorm) and 13-29% (LayerNorm)
+// faster (results/h100-rows.md, v25). Here they are read from L2 once a CTA; the copies keep the
+// bytes in flight that one CTA an SM would not have from its own loads. But a CTA runs its rows'
+// chains one after another, where the one-shot tiles overlap four an SM: measured against them
+// (v26, v27), staged 16-bit RMSNorm ran 0.93x at 32768-65536 columns, 0.99x at 131072 and 1.04x at
+// 262144, LayerNorm 0.99-1.02x (behind its one-shot tiles with the st.async exchange). So the
+// budget's staged_clusters (a mask of cluster sizes) name the tiles that run staged: 16-bit
+// RMSNorm's clusters of 16 (256 threads x 8 packs), with the st.async exchange it was measured
+// with, and the float32 norms' (results/h200-f32-staged).
 #pragma once
 
 #include "cuda/bulk_stage.cuh"
@@ -19,41 +20,57 @@
 
 namespace jaxnorm {
 
-constexpr int kStagedThreads = 256, kStagedPacks = 8;
+// Dynamic shared memory: the slice's parameters (float32), then the row slices of x.
+template <class Op, int kThreads, int kPacks>
+constexpr size_t staged_params_bytes() {
+  return static_cast<size_t>(Op::kParamFloats) * kPacks * kThreads * kVecOf<typename Op::Type> * 4;
+}
+template <class Op, int kThreads, int kPacks>
+constexpr size_t staged_row_bytes() {
+  return static_cast<size_t>(kPacks) * kThreads * kVecOf<typename Op::Type> * sizeof(typename Op::Type);
+}
+// The dynamic shared memory a CTA may take beside the kernel's static buffers (227 KB an SM).
+constexpr size_t kStagedSmemCap = 224 * 1024;
+// Row buffers: two where they fit beside the parameters, else one, refilled once every thread
+// holds its packs (float32 LayerNorm at 262144 columns: 128 KB of parameters and a 64 KB slice).
+template <class Op, int kThreads, int kPacks>
+constexpr int staged_stages() {
+  return staged_params_bytes<Op, kThreads, kPacks>() + 2 * staged_row_bytes<Op, kThreads, kPacks>() <= kStagedSmemCap
+             ? 2
+             : 1;
+}
+template <class Op, int kThreads, int kPacks>
+constexpr size_t staged_smem() {
+  return staged_params_bytes<Op, kThreads, kPacks>() +
+         staged_stages<Op, kThreads, kPacks>() * staged_row_bytes<Op, kThreads, kPacks>();
+}
 
-// Whether the tile (tpr, block, packs, cluster) of Op runs staged: a 16-bit norm cluster tile of
-// its budget's staged_cluster CTAs, holding x as loaded, with parameters to keep.
+// Whether the tile (tpr, block, packs, cluster) of Op runs staged: a norm cluster tile of a size
+// in its budget's staged_clusters, with parameters to keep that fit; 16-bit rows in the 256x8 tile
+// that holds x as loaded, float32 in the CTA-wide tiles of 4 or 8 packs.
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool staged_tile() {
-  return kCluster == Op::kBudget.staged_cluster && kTPR == kStagedThreads && kBlock == kStagedThreads &&
-         kPacks == kStagedPacks && kCluster >= 2 && Op::kParamFloats > 0 && holds_raw<Op, kPacks>() &&
-         Specializes<Op>::value;
+  if constexpr (kCluster < 2 || (Op::kBudget.staged_clusters & kCluster) == 0 || kTPR != kBlock ||
+                Op::kParamFloats == 0 || !Specializes<Op>::value) {
+    return false;
+  } else {
+    constexpr bool shape = sizeof(typename Op::Type) == 2 ? kTPR == 256 && kPacks == 8 && holds_raw<Op, kPacks>()
+                                                          : kPacks >= 4;
+    return shape && staged_params_bytes<Op, kBlock, kPacks>() + staged_row_bytes<Op, kBlock, kPacks>() <= kStagedSmemCap;
+  }
 }
 
-// Dynamic shared memory: the slice's parameters (float32), then two row slices of x.
-template <class Op>
-constexpr size_t staged_params_bytes() {
-  return static_cast<size_t>(Op::kParamFloats) * kStagedPacks * kStagedThreads * kVecOf<typename Op::Type> * 4;
-}
-template <class Op>
-constexpr size_t staged_row_bytes() {
-  return static_cast<size_t>(kStagedPacks) * kStagedThreads * kVecOf<typename Op::Type> * sizeof(typename Op::Type);
-}
-template <class Op>
-constexpr size_t staged_smem() {
-  return staged_params_bytes<Op>() + 2 * staged_row_bytes<Op>();
-}
-
-template <class Op, int kCluster>
-__global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, int64_t rows, int64_t cols) {
+template <class Op, int kThreads, int kPacks, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1) staged_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
-  constexpr int V = kVecOf<T>, W = kStagedThreads * V, P = kStagedPacks, S = W * kCluster;
+  constexpr int V = kVecOf<T>, W = kThreads * V, P = kPacks, S = W * kCluster;
+  constexpr int kStages = staged_stages<Op, kThreads, kPacks>();
   extern __shared__ __align__(128) unsigned char staged_dyn[];
   float* const prm = reinterpret_cast<float*>(staged_dyn);  // [kParamFloats][P * W]
-  T* const xs = reinterpret_cast<T*>(staged_dyn + staged_params_bytes<Op>());  // [2][P * W]
-  __shared__ alignas(8) unsigned long long full[2];
-  __shared__ RowReduceSmem<Stats, kStagedThreads / 32, true> red;
+  T* const xs = reinterpret_cast<T*>(staged_dyn + staged_params_bytes<Op, kThreads, kPacks>());  // [kStages][P * W]
+  __shared__ alignas(8) unsigned long long full[kStages];
+  __shared__ RowReduceSmem<Stats, kThreads / 32, true> red;
   const unsigned rank = blockIdx.x % kCluster;
   const int64_t worker = blockIdx.x / kCluster, workers = gridDim.x / kCluster;
   const bool split = op.split;
@@ -61,11 +78,11 @@ __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, in
   const unsigned local = split ? first - lane * (V / 2) : first;  // the thread's columns in a segment
   const unsigned col0 = rank * W + local;
   const int left = static_cast<int>(min(max(cols - static_cast<int64_t>(col0), int64_t{0}), int64_t{0x7fffffff}));
-  if (threadIdx.x == 0) init_stage_barriers(full, 2);
+  if (threadIdx.x == 0) init_stage_barriers(full, kStages);
   row_reduce_init<kCluster>(red);
   __syncthreads();  // the mbarriers initialized
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kStages; ++i) {
       const int64_t row = worker + i * workers;
       if (row < rows) stage_slices<kCluster, W, P>(row, cols, rank, smem_addr(&full[i]), op.x, xs + i * P * W);
     }
@@ -74,13 +91,13 @@ __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, in
   const float* const src[2] = {op.has_scale ? op.gamma : nullptr, op.has_bias ? op.beta : nullptr};
 #pragma unroll
   for (int k = 0; k < Op::kParamFloats; ++k) {
-    if (src[k] != nullptr) load_param_slice<kStagedThreads, kCluster, W, P>(src[k], prm + k * P * W, cols, rank);
+    if (src[k] != nullptr) load_param_slice<kThreads, kCluster, W, P>(src[k], prm + k * P * W, cols, rank);
   }
   __syncthreads();
   int iter = 0;
   for (int64_t row = worker; row < rows; row += workers, ++iter) {
-    const int b = iter & 1;
-    wait_phase<true>(&full[b], (iter >> 1) & 1);  // the copies' bytes landed
+    const int b = iter % kStages;
+    wait_phase<true>(&full[b], (iter / kStages) & 1);  // the copies' bytes landed
     const T* const xrow = xs + b * P * W;
     Pack<T, V> raw[P];
     bool ok[P];
@@ -91,10 +108,10 @@ __global__ void __launch_bounds__(kStagedThreads, 1) staged_fwd_kernel(Op op, in
     }
     const Stats mine = op.thread_stats(raw, ok);
     // Every thread's statistics (so its reads of the buffer) are in before the CTA barrier in
-    // row_allreduce; after it the buffer takes the row two ahead.
-    const Stats s = row_allreduce<kStagedThreads, kCluster>(mine, typename Op::Merge{}, red, iter);
-    if (threadIdx.x == 0 && row + 2 * workers < rows)
-      stage_slices<kCluster, W, P>(row + 2 * workers, cols, rank, smem_addr(&full[b]), op.x, xs + b * P * W);
+    // row_allreduce; after it the buffer takes the row kStages ahead.
+    const Stats s = row_allreduce<kThreads, kCluster>(mine, typename Op::Merge{}, red, iter);
+    if (threadIdx.x == 0 && row + kStages * workers < rows)
+      stage_slices<kCluster, W, P>(row + kStages * workers, cols, rank, smem_addr(&full[b]), op.x, xs + b * P * W);
     const auto r = op.finalize(s, mine, row, threadIdx.x == 0 && rank == 0);
     const auto store_packs = [&](const Op& o) {
 #pragma unroll

@@ -29,7 +29,7 @@ struct TileBudget {
   int cluster_packs = 0;
   bool spread_small = false;  // spread_small_launch may give a launch of few rows one pack a thread
   bool async_exchange = false;  // cluster tiles exchange by st.async (row_reduce.cuh)
-  int staged_cluster = 0;  // forward cluster tiles of this many CTAs run staged (staged_fwd.cuh)
+  int staged_clusters = 0;  // forward cluster tiles of these sizes (a mask) run staged (staged_fwd.cuh)
   bool one_pack_rows = false;  // one_pack_rows may give CTA-wide rows twice the threads of one pack
   int warp_rows = 0;  // warp_rows may give rows of up to this many packs a warp of 2 x block_packs
 };
@@ -104,9 +104,10 @@ constexpr TileBudget with_async_exchange(TileBudget budget, bool on = true) {
   budget.async_exchange = on;
   return budget;
 }
-// A budget whose forward cluster tiles of `cluster` CTAs run staged (staged_fwd.cuh says where).
-constexpr TileBudget with_staged_cluster(TileBudget budget, int cluster) {
-  budget.staged_cluster = cluster;
+// A budget whose forward cluster tiles of the sizes in `clusters` (a mask of powers of two) run
+// staged (staged_fwd.cuh says where).
+constexpr TileBudget with_staged_clusters(TileBudget budget, int clusters) {
+  budget.staged_clusters = clusters;
   return budget;
 }
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
