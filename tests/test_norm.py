@@ -60,7 +60,7 @@ def test_memory_efficient_wide_rows(op, shape, rng):
 # L2, not held) and of 4 (100000), and of 4 CTAs of 256 threads (30000: 300 rows, more than its
 # workers).
 @op_and_param_subsets()
-@pytest.mark.parametrize("shape,dtype", [((40, 262144), "bfloat16"), ((24, 200000), "float16"),
+@pytest.mark.parametrize("shape,dtype", [((40, 262144), "bfloat16"), ((24, 200000), "float16"), ((300, 60000), "bfloat16"),
                                          ((40, 262144), "float32"), ((24, 100000), "float32"),
                                          ((300, 30000), "float32")], ids=str)
 @pytest.mark.wide

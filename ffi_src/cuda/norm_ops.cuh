@@ -42,9 +42,11 @@ struct NormFwdOp {
   // st.async for 16-bit LayerNorm only (row_reduce.cuh); staged (staged_fwd.cuh): 16-bit
   // RMSNorm's clusters of 16, the float32 norms' clusters.
   static constexpr TileBudget kBudget = with_staged_clusters(
-      with_async_exchange(with_small_spread(sizeof(T) == 2 ? kHeldRowForwardBudget : kHeldRowPersistent16Budget),
+      with_async_exchange(with_small_spread(sizeof(T) == 4 ? kHeldRowPersistent16Budget
+                                            : kCentered    ? kHeldRowForwardBudget
+                                                           : with_cluster_tiles(kHeldRowForwardBudget, 0, 0)),
                           kCentered && sizeof(T) == 2),
-      sizeof(T) == 4 ? 2 | 4 | 8 | 16 : kCentered ? 0 : 16);
+      kCentered && sizeof(T) == 2 ? 0 : 2 | 4 | 8 | 16);
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.

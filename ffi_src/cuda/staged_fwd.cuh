@@ -56,8 +56,7 @@ constexpr bool staged_tile() {
                 Op::kParamFloats == 0 || !Specializes<Op>::value) {
     return false;
   } else {
-    constexpr bool shape = sizeof(typename Op::Type) == 2 ? kTPR == 256 && kPacks == 8 && holds_raw<Op, kPacks>()
-                                                          : kPacks >= 4;
+    constexpr bool shape = kPacks >= 4 && (sizeof(typename Op::Type) == 4 || holds_raw<Op, kPacks>());
     return shape && staged_held_params<Op, kBlock, kPacks>() > 0;
   }
 }

@@ -110,6 +110,13 @@ constexpr TileBudget with_staged_clusters(TileBudget budget, int clusters) {
   budget.staged_clusters = clusters;
   return budget;
 }
+// A budget whose cluster tiles are CTAs of `block` threads of `packs` packs (0: max_block threads of
+// block_packs).
+constexpr TileBudget with_cluster_tiles(TileBudget budget, int block, int packs) {
+  budget.cluster_block = block;
+  budget.cluster_packs = packs;
+  return budget;
+}
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
 constexpr TileBudget with_one_pack_rows(TileBudget budget, bool on) {
   budget.one_pack_rows = on;
