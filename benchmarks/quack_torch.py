@@ -149,6 +149,9 @@ def bench_rows(results, ceiling, dtypes, widths, ops, elements, reps, save):
     from quack.rmsnorm import layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd
     from quack.softmax import softmax_bwd, softmax_fwd
 
+    # jaxnorm's pure-Python timing constants, from the source tree when jaxnorm is not installed
+    # in torch's environment (gpu_rows.sh with BUILD=0).
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from jaxnorm._timing import CHECK_TOL, EPSILON, N_PARAMS, min_bytes
 
     def rms_fwd(x, dy, w, b):

@@ -39,8 +39,9 @@ struct NormFwdOp {
   using Stats = std::conditional_t<kCentered, Welford, float>;
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
   // Clusters of 16 one-shot only where that measured faster (tile_choice.h); the exchange by
-  // st.async for 16-bit LayerNorm only (row_reduce.cuh); staged (staged_fwd.cuh): 16-bit
-  // RMSNorm's clusters of 16, the float32 norms' clusters.
+  // st.async for 16-bit LayerNorm only (row_reduce.cuh); every cluster tile staged
+  // (staged_fwd.cuh) but 16-bit LayerNorm's, 16-bit RMSNorm's as 512 threads of 4 packs: bf16
+  // 1.05-1.10x the 256x8 tiles at 65536-262144 columns, 0.997x at 32768 (results/h200-f32-staged).
   static constexpr TileBudget kBudget = with_staged_clusters(
       with_async_exchange(with_small_spread(sizeof(T) == 4 ? kHeldRowPersistent16Budget
                                             : kCentered    ? kHeldRowForwardBudget

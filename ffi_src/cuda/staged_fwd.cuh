@@ -10,9 +10,9 @@
 // 32768-65536 columns, 0.99x at 131072 and 1.04x at 262144, LayerNorm 0.99-1.02x (behind its
 // one-shot tiles with the st.async exchange). Float32 rows, with twice the bytes of x a column
 // and the parameters' bytes the same, gained: RMSNorm 1.05-1.48x at 16384-262144 columns, LayerNorm
-// 1.02-1.24x at 16384-131072 (results/h200-f32-staged). So the budget's staged_clusters (a mask of
-// cluster sizes) name the tiles that run staged: 16-bit RMSNorm's clusters of 16 (256 threads x 8
-// packs), with the st.async exchange it was measured with, and the float32 norms' clusters.
+// 1.02-1.24x at 16384-131072 (results/h200-f32-staged), and 16-bit RMSNorm in CTAs of 512 threads
+// of 4 packs (not 256 of 8) 1.05-1.10x at 65536-262144. So the budget's staged_clusters (a mask of
+// cluster sizes) name the tiles that run staged: every norm cluster tile but 16-bit LayerNorm's.
 #pragma once
 
 #include "cuda/bulk_stage.cuh"
@@ -34,7 +34,8 @@ constexpr size_t staged_row_bytes() {
 constexpr size_t kStagedSmemCap = 224 * 1024;
 // The parameters held: all of them, or the scale alone where LayerNorm's bias does not fit beside
 // it and two row buffers (float32 at 262144 columns: 64 KB slices), its bias then read from L2 by
-// store(). 0: the tile cannot run staged.
+// store(): 1.02-1.11x the persistent tile at 512 rows, 0.92x at 64; one row buffer beside both
+// lost (0.87-0.94x; results/h200-f32-staged). 0: the tile cannot run staged.
 template <class Op, int kThreads, int kPacks>
 constexpr int staged_held_params() {
   int k = Op::kParamFloats;
