@@ -12,6 +12,9 @@
 
 namespace jaxnorm {
 
+// The dynamic shared memory a staged CTA may take beside its kernel's static buffers (227 KB an SM).
+constexpr size_t kStagedSmemCap = 224 * 1024;
+
 // Thread 0, before any other thread waits: `n` mbarriers expecting one arrival (the expect_tx of
 // stage_slices) a phase, visible to the async proxy that completes them.
 __device__ __forceinline__ void init_stage_barriers(unsigned long long* bars, int n) {

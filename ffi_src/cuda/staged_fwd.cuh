@@ -30,8 +30,6 @@ template <class Op, int kThreads, int kPacks>
 constexpr size_t staged_row_bytes() {
   return static_cast<size_t>(kPacks) * kThreads * kVecOf<typename Op::Type> * sizeof(typename Op::Type);
 }
-// The dynamic shared memory a CTA may take beside the kernel's static buffers (227 KB an SM).
-constexpr size_t kStagedSmemCap = 224 * 1024;
 // The parameters held: all of them, or the scale alone where LayerNorm's bias does not fit beside
 // it and two row buffers (float32 at 262144 columns: 64 KB slices), its bias then read from L2 by
 // store(): 1.02-1.11x the persistent tile at 512 rows, 0.92x at 64; one row buffer beside both
