@@ -7,6 +7,11 @@
 #
 #   COMMIT=<hash> BASE=<hash> SET=<set> bash benchmarks/ab_two_builds.sh
 #
+# With ROWS="WIDTHS DTYPES OPS" it times benchmarks/ab_rows.py's forwards (or +bwd) instead, each
+# ROWS2.. a further set, every set two rounds a side in the order m0 m1 m1 m0:
+#
+#   COMMIT=<hash> BASE=<hash> ROWS="262144,64x262144 float32 rms_norm,layer_norm" bash benchmarks/ab_two_builds.sh
+#
 # Use it where the new side changes device code that a runtime switch would share with the old
 # side: a switch puts both paths in every kernel, and that alone moved main's bf16 RMSNorm backward
 # by 3.7% at 1024 columns (results/h200-lean-bwd). Switches picking among kernels at launch are
@@ -16,7 +21,8 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 R=$PWD L=/tmp/ablogs
 rm -rf $L /tmp/m0 /tmp/m1 /tmp/ab; mkdir -p $L  # a warm machine keeps them (pip --target would not replace)
-echo "new $COMMIT, base $BASE, set ${SET:?}" | tee "$OUT/commit.txt"
+[ -n "${ROWS:-}" ] || : "${SET:?SET or ROWS: what to time}"
+echo "new $COMMIT, base $BASE, set ${SET:-rows: $ROWS}" | tee "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 [ -f abtree/pyproject.toml ] || { echo "no abtree/: see the header"; exit 1; }
 t0=$(date +%s)
@@ -37,9 +43,19 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION=0.8
 # A run takes ~20-50 s (100 s at most): AB_UNTIL leaves the rest within the call's 600 s.
 run() { [ $SECONDS -gt ${AB_UNTIL:-440} ] && { echo "skip $1$2"; return; }
   PYTHONPATH=/tmp/$1 timeout 100 python3 $R/benchmarks/ab_norm_bwd.py $1$2 /tmp/ab $SET 2>&1 | grep -v Warn >> $L/ab.log; }
-for i in 1 2; do run m0 r$i; run m1 r$i; done
-grep "NOT REPRODUCIBLE" $L/ab.log
-python3 $R/benchmarks/ab_norm_bwd.py --compare /tmp/ab m0 m1 | tee $OUT/ab-summary.txt
+rows() { [ $SECONDS -gt ${AB_UNTIL:-440} ] && { echo "skip $1$2"; return; }
+  PYTHONPATH=/tmp/$1 OUT=$L timeout 100 python3 $R/benchmarks/ab_rows.py $1$2 $3 2>&1 | grep -v Warn >> $L/ab.log; }
+if [ -n "${ROWS:-}" ]; then
+  k=0
+  for set in "$ROWS" ${ROWS2:+"$ROWS2"} ${ROWS3:+"$ROWS3"}; do
+    k=$((k + 1)); rows m0 s${k}r1 "$set"; rows m1 s${k}r1 "$set"; rows m1 s${k}r2 "$set"; rows m0 s${k}r2 "$set"
+  done
+  python3 $R/benchmarks/ab_rows.py --compare $L/ab.log m0 m1 | tee $OUT/ab-summary.txt
+else
+  for i in 1 2; do run m0 r$i; run m1 r$i; done
+  grep "NOT REPRODUCIBLE" $L/ab.log
+  python3 $R/benchmarks/ab_norm_bwd.py --compare /tmp/ab m0 m1 | tee $OUT/ab-summary.txt
+fi
 cp /tmp/ab/*.json $L/ 2>/dev/null
 tar -czf $OUT/logs.tgz -C $L .
 echo "total $SECONDS s"
