@@ -88,8 +88,8 @@ def test_width_sweep(op, dtype, width, rng):
 # three (bf16 32768: clusters of 2 forward, 2-4 backward; float32 131072: clusters of 16; bf16
 # 262144: the widest tiles, with the backward's partials in shared memory; bf16 65544: a row one
 # pack past a cluster's, so the last CTA's part of it is short, in every stage the forward's
-# bulk copies refill; float32 262144: the 512-thread clusters of 16, two CTAs an SM, 14 clusters
-# on an H200).
+# bulk copies refill; float32 262144: the 512-thread clusters of 16, softmax's one-shot at two
+# CTAs an SM, the norms' staged).
 @op_params()
 @pytest.mark.parametrize("shape,dtype", [((400, 32768), "bfloat16"), ((64, 131072), "float32"),
                                          ((48, 262144), "bfloat16"), ((300, 65544), "bfloat16"),

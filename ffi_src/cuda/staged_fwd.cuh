@@ -47,8 +47,8 @@ constexpr size_t staged_smem() {
 }
 
 // Whether the tile (tpr, block, packs, cluster) of Op runs staged: a norm cluster tile of a size
-// in its budget's staged_clusters, with parameters to keep; 16-bit rows in the 256x8 tile that
-// holds x as loaded, float32 in the CTA-wide tiles of 4 or 8 packs.
+// in its budget's staged_clusters, with parameters to keep, of 4 or more packs a thread (16-bit
+// rows held as loaded).
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool staged_tile() {
   if constexpr (kCluster < 2 || (Op::kBudget.staged_clusters & kCluster) == 0 || kTPR != kBlock ||
