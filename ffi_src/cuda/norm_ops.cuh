@@ -43,7 +43,7 @@ struct NormFwdOp {
   // (staged_fwd.cuh) but 16-bit LayerNorm's, 16-bit RMSNorm's as 512 threads of 4 packs: bf16
   // 1.05-1.10x the 256x8 tiles at 65536-262144 columns, 0.997x at 32768 (results/h200-f32-staged).
   static constexpr TileBudget kBudget = with_staged_clusters(
-      with_async_exchange(with_small_spread(sizeof(T) == 4 ? kHeldRowPersistent16Budget
+      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0)
                                             : kCentered    ? kHeldRowForwardBudget
                                                            : with_cluster_tiles(kHeldRowForwardBudget, 0, 0)),
                           kCentered && sizeof(T) == 2),

@@ -497,20 +497,32 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
 // 65536 / 131072 (the backward 262144 ~424 -> ~342 us); staged with one slice a stage and no
 // scale, it lost 3-17%. A launch whose workers have a row each has nothing to reuse or overlap and
 // takes the plain tile (RMSNorm 16 x 65536 staged: 0.925x; LayerNorm 64 x 131072 held: 1.00x).
+// Float32 rows (262144 columns: 512 x 8 x 16, 64 KB a slice) hold the scale beside the partials
+// but cannot stage a and dy too (256 KB for RMSNorm).
+template <class Op, int kBlock, int kPacks>
+constexpr size_t bwd_slice_floats() {
+  return static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
+}
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool held_scale_bwd() {
-  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() && bwd_holds_raw<Op>();
+  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() &&
+         column_partials_smem<Op, kBlock, kPacks>() + bwd_slice_floats<Op, kBlock, kPacks>() * sizeof(float) <=
+             kStagedSmemCap;
 }
-template <class Op>
+template <class Op, int kBlock, int kPacks>
 constexpr bool staged_bwd_rows() {
-  return Op::kColumnSums == 1;
+  constexpr size_t n = bwd_slice_floats<Op, kBlock, kPacks>();
+  return Op::kColumnSums == 1 && bwd_holds_raw<Op>() &&
+         column_partials_smem<Op, kBlock, kPacks>() + n * (sizeof(float) + sizeof(typename Op::RowType) + sizeof(typename Op::Type)) <=
+             kStagedSmemCap;
 }
 // Dynamic shared memory of a backward tile: the partials, and held, the scale's slice and (with
 // staged rows) one slice of a and of dy.
 template <class Op, int kBlock, int kPacks, bool kHeld>
 constexpr size_t tile_bwd_smem() {
-  constexpr size_t n = static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
-  constexpr size_t rows = staged_bwd_rows<Op>() ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type)) : 0;
+  constexpr size_t n = bwd_slice_floats<Op, kBlock, kPacks>();
+  constexpr size_t rows =
+      staged_bwd_rows<Op, kBlock, kPacks>() ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type)) : 0;
   return column_partials_smem<Op, kBlock, kPacks>() + (kHeld ? n * sizeof(float) + rows : 0);
 }
 
@@ -535,7 +547,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   // a and dy; W columns a segment, S a segment of the cluster. Pack p's op reads the scale at col
   // from segment p of the slice (`at_pack`); other tiles read it from global memory.
   constexpr bool kHeld = kHold && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-  constexpr bool kStaged = kHeld && staged_bwd_rows<Op>();
+  constexpr bool kStaged = kHeld && staged_bwd_rows<Op, kBlock, kPacks>();
   constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
   float* const gs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(jn_dynamic_smem) +
