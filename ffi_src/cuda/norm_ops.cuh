@@ -41,7 +41,9 @@ struct NormFwdOp {
   // Clusters of 16 one-shot only where that measured faster (tile_choice.h); the exchange by
   // st.async for 16-bit LayerNorm only (row_reduce.cuh); every cluster tile staged
   // (staged_fwd.cuh) but 16-bit LayerNorm's, 16-bit RMSNorm's as 512 threads of 4 packs: bf16
-  // 1.05-1.10x the 256x8 tiles at 65536-262144 columns, 0.997x at 32768 (results/h200-f32-staged).
+  // 1.05-1.10x the 256x8 tiles at 65536-262144 columns, 0.997x at 32768 (results/h200-f32-staged);
+  // the float32 norms' too: LayerNorm 1.05x at 32768-65536, RMSNorm 0.997-1.005x
+  // (results/h200-f32-bwd).
   static constexpr TileBudget kBudget = with_staged_clusters(
       with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0)
                                             : kCentered    ? kHeldRowForwardBudget

@@ -54,9 +54,9 @@ constexpr TileBudget kForwardBudget{4, 512, 8, 64, 512, false, 4};
 // LayerNorm forwards 0.97-0.98, 0.94-0.95 and 0.93-0.96x the time of persistent 512-thread CTAs of
 // 4 packs (two calls), float32 softmax 0.90x; but float32 LayerNorm 1.03x, so the float32 norms keep
 // clusters of 16 persistent (kHeldRowPersistent16Budget; results/h100-rows.md, v14). Every norm
-// cluster tile but 16-bit LayerNorm's now runs staged (staged_fwd.cuh): the float32 norms' in these
-// shapes, 16-bit RMSNorm's as 512 threads of 4 packs (with_cluster_tiles(.., 0, 0);
-// results/h200-f32-staged).
+// cluster tile but 16-bit LayerNorm's now runs staged (staged_fwd.cuh), 16-bit RMSNorm's and the
+// float32 norms' below clusters of 16 as 512 threads of 4 packs (with_cluster_tiles(.., 0, 0);
+// results/h200-f32-staged, h200-f32-bwd).
 constexpr TileBudget kHeldRowForwardBudget{4, 512, 8, 64, 512, false, 16, 256, 8};
 constexpr TileBudget kHeldRowPersistent16Budget{4, 512, 8, 64, 512, false, 8, 256, 8};
 // The norm backward holds x, dy and two column accumulators per element: 16 elements a thread
