@@ -1,9 +1,11 @@
-"""Runs one op once on one shape, for a profiler (ncu) to capture its kernels; a fifth argument
-`xla` runs the XLA-compiled reference (jaxnorm.reference) instead, `me` a norm in
-memory-efficient mode.
+"""Runs one op on one shape (once, or CALLS times), for a profiler (ncu) to capture its kernels; a
+fifth argument `xla` runs the XLA-compiled reference (jaxnorm.reference) instead, `me` a norm in
+memory-efficient mode, `jaxnorm` jaxnorm's op. fwd+bwd pulls back over x and the norms' scale
+and bias, as bench.py does (and QuACK's backward computes; quack_once.py).
 
     ncu -k regex:tile_ --section SpeedOfLight --section Occupancy --section WarpStateStats \
         python benchmarks/profile_one.py layer_norm fwd+bwd 131072x1024 bfloat16
+    python benchmarks/profile_one.py rms_norm fwd 4096x32768 bfloat16 jaxnorm 3   # ncu_cells.sh
 """
 import sys
 
@@ -14,24 +16,29 @@ import jax.numpy as jnp
 import jaxnorm
 
 
-def main(op, direction, shape, dtype, impl="jaxnorm"):
+def main(op, direction, shape, dtype, impl="jaxnorm", calls="1"):
     rows, cols = (int(v) for v in shape.split("x"))
     # Inputs made on the host, so the profile holds no random-number or conversion kernels.
     g = np.random.default_rng(0)
     x, dy = (jax.device_put(g.standard_normal((rows, cols), np.float32).astype(jnp.dtype(dtype))) for _ in range(2))
+    # The parameters as arguments too: as constants, XLA may broadcast them in a kernel of its own.
+    w, b = (jax.device_put(np.full(cols, v, np.float32)) for v in (1.0, 0.0))
     lib = jaxnorm.reference if impl == "xla" else jaxnorm
     me = {"memory_efficient": True} if impl == "me" else {}
-    f = {"layer_norm": lambda v: lib.layer_norm(v, jnp.ones(cols), jnp.zeros(cols), **me),
-         "rms_norm": lambda v: lib.rms_norm(v, jnp.ones(cols), **me),
-         "softmax": lib.softmax, "log_softmax": lib.log_softmax}[op]
+    f = {"layer_norm": lambda v, w, b: lib.layer_norm(v, w, b, **me),
+         "rms_norm": lambda v, w, b: lib.rms_norm(v, w, **me),
+         "softmax": lambda v, w, b: lib.softmax(v), "log_softmax": lambda v, w, b: lib.log_softmax(v)}[op]
     if direction == "fwd":
         run = jax.jit(f)
-        out = run(x)
+        args = (x, w, b)
     else:
-        run = jax.jit(lambda v, g: jax.vjp(f, v)[1](g))
-        out = run(x, dy)
+        n = {"layer_norm": 2, "rms_norm": 1}.get(op, 0)
+        run = jax.jit(lambda v, w, b, g: jax.vjp(lambda v, *p: f(v, *p, *(w, b)[len(p):]), v, *(w, b)[:n])[1](g))
+        args = (x, w, b, dy)
+    for _ in range(int(calls)):
+        out = run(*args)
     jax.block_until_ready(out)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])

@@ -144,29 +144,35 @@ def bench_add_rms_norm(results, ceiling, shapes):
         del args
 
 
-def bench_rows(results, ceiling, dtypes, widths, ops, elements, reps, save):
-    import torch.nn.functional as F
+def jaxnorm_timing():
+    """jaxnorm's pure-Python timing constants, from the source tree when jaxnorm is not installed
+    in torch's environment (gpu_rows.sh with BUILD=0)."""
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from jaxnorm import _timing
+    return _timing
+
+
+def row_calls():
+    """QuACK's row ops as its autograd functions call them: op -> (forward, forward+backward), each
+    over (x, dy, w, b). Also quack_once.py's, which runs them under ncu."""
     from quack.rmsnorm import layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd
     from quack.softmax import softmax_bwd, softmax_fwd
 
-    # jaxnorm's pure-Python timing constants, from the source tree when jaxnorm is not installed
-    # in torch's environment (gpu_rows.sh with BUILD=0).
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from jaxnorm._timing import CHECK_TOL, EPSILON, N_PARAMS, min_bytes
+    eps = jaxnorm_timing().EPSILON
 
     def rms_fwd(x, dy, w, b):
-        return rmsnorm_fwd(x, w, eps=EPSILON, store_rstd=True)[0]
+        return rmsnorm_fwd(x, w, eps=eps, store_rstd=True)[0]
 
     def rms_fwd_bwd(x, dy, w, b):
-        y, _, rstd = rmsnorm_fwd(x, w, eps=EPSILON, store_rstd=True)
+        y, _, rstd = rmsnorm_fwd(x, w, eps=eps, store_rstd=True)
         dx, dw, _, _ = rmsnorm_bwd(x, w, dy, rstd)
         return y, dx, dw
 
     def ln_fwd(x, dy, w, b):
-        return layernorm_fwd(x, w, b, eps=EPSILON, return_rstd=True, return_mean=True)[0]
+        return layernorm_fwd(x, w, b, eps=eps, return_rstd=True, return_mean=True)[0]
 
     def ln_fwd_bwd(x, dy, w, b):
-        y, rstd, mean = layernorm_fwd(x, w, b, eps=EPSILON, return_rstd=True, return_mean=True)
+        y, rstd, mean = layernorm_fwd(x, w, b, eps=eps, return_rstd=True, return_mean=True)
         return (y, *layernorm_bwd(x, w, dy, rstd, mean, has_bias=True))
 
     def sm_fwd(x, dy, w, b):
@@ -176,13 +182,22 @@ def bench_rows(results, ceiling, dtypes, widths, ops, elements, reps, save):
         y = softmax_fwd(x)
         return y, softmax_bwd(dy, y)
 
+    return {"rms_norm": (rms_fwd, rms_fwd_bwd), "layer_norm": (ln_fwd, ln_fwd_bwd), "softmax": (sm_fwd, sm_fwd_bwd)}
+
+
+def bench_rows(results, ceiling, dtypes, widths, ops, elements, reps, save):
+    import torch.nn.functional as F
+
+    T = jaxnorm_timing()
+    CHECK_TOL, EPSILON, N_PARAMS, min_bytes = T.CHECK_TOL, T.EPSILON, T.N_PARAMS, T.min_bytes
+    calls = row_calls()
     # op -> (forward, forward+backward, torch's float32 op over (x, *params))
-    impls = {
-        "rms_norm": (rms_fwd, rms_fwd_bwd,
-                     lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPSILON) * w),
-        "layer_norm": (ln_fwd, ln_fwd_bwd, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, EPSILON)),
-        "softmax": (sm_fwd, sm_fwd_bwd, lambda x: torch.softmax(x, -1)),
+    refs = {
+        "rms_norm": lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPSILON) * w,
+        "layer_norm": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, EPSILON),
+        "softmax": lambda x: torch.softmax(x, -1),
     }
+    impls = {op: (*calls[op], refs[op]) for op in calls}
 
     def worst_ratio(got, want, atol, rtol):
         """bench.py's check: max |a - b| / (atol * max|b| + rtol * |b|) over every output."""
