@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from device_time import short_kernel_name  # noqa: E402
 from flashinfer_ncu import kernels  # noqa: E402
 from jaxnorm._timing import min_bytes  # noqa: E402
 
@@ -36,8 +37,7 @@ def cell_time(csv_path: Path, calls: int):
     even = len(ks) % calls == 0
     k = len(ks) // calls if even else len(ks)
     per_call = [sum(us for _, us in ks[i:i + k]) for i in range(0, len(ks), k)]
-    # Short names: the template arguments and parameters dropped, CuTe DSL's long names cut.
-    names = Counter(re.sub(r"<.*", "", n).split("(")[0].split("::")[-1].replace("void ", "")[:40] for n, _ in ks[:k])
+    names = Counter(short_kernel_name(n) for n, _ in ks[:k])
     label = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.items())
     return statistics.median(per_call) if even else sum(per_call) / calls, label, even
 

@@ -25,16 +25,13 @@ def main(op, direction, shape, dtype, impl="jaxnorm", calls="1"):
     w, b = (jax.device_put(np.full(cols, v, np.float32)) for v in (1.0, 0.0))
     lib = jaxnorm.reference if impl == "xla" else jaxnorm
     me = {"memory_efficient": True} if impl == "me" else {}
-    f = {"layer_norm": lambda v, w, b: lib.layer_norm(v, w, b, **me),
-         "rms_norm": lambda v, w, b: lib.rms_norm(v, w, **me),
-         "softmax": lambda v, w, b: lib.softmax(v), "log_softmax": lambda v, w, b: lib.log_softmax(v)}[op]
+    f, params = {"layer_norm": (lambda v, w, b: lib.layer_norm(v, w, b, **me), (w, b)),
+                 "rms_norm": (lambda v, w: lib.rms_norm(v, w, **me), (w,)),
+                 "softmax": (lib.softmax, ()), "log_softmax": (lib.log_softmax, ())}[op]
     if direction == "fwd":
-        run = jax.jit(f)
-        args = (x, w, b)
+        run, args = jax.jit(f), (x, *params)
     else:
-        n = {"layer_norm": 2, "rms_norm": 1}.get(op, 0)
-        run = jax.jit(lambda v, w, b, g: jax.vjp(lambda v, *p: f(v, *p, *(w, b)[len(p):]), v, *(w, b)[:n])[1](g))
-        args = (x, w, b, dy)
+        run, args = jax.jit(lambda g, *a: jax.vjp(f, *a)[1](g)), (dy, x, *params)
     for _ in range(int(calls)):
         out = run(*args)
     jax.block_until_ready(out)

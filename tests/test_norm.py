@@ -57,8 +57,8 @@ def test_memory_efficient_wide_rows(op, shape, rng):
 # its row buffers and their mbarrier phases turn over; a partial last segment (200000, 100000,
 # 60000, 30000 columns); with and without the scale (16-bit LayerNorm's one-shot tiles alike).
 # 16-bit RMSNorm's clusters of 512 threads x 4 packs, of 16 (262144, 200000) and of 4 (60000: 300
-# rows, more than its workers); float32 clusters of 16 of 8 packs (262144: LayerNorm's bias read
-# from L2, not held) and of 4 (100000), and of 4 CTAs of 256 threads (30000: 300 rows).
+# rows, more than its workers); float32 clusters of 16 of 512 x 8 (262144: LayerNorm's bias read
+# from L2, not held) and of 512 x 4 (100000), and clusters of 4 of 512 x 4 (30000: 300 rows).
 @op_and_param_subsets()
 @pytest.mark.parametrize("shape,dtype", [((40, 262144), "bfloat16"), ((24, 200000), "float16"), ((300, 60000), "bfloat16"),
                                          ((40, 262144), "float32"), ((24, 100000), "float32"),

@@ -501,31 +501,26 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
 // but cannot stage a and dy too (256 KB for RMSNorm): held, float32 fwd+bwd 1.19x (RMSNorm, the
 // backward ~640 -> ~495 us) and 1.16x (LayerNorm) at 512 x 262144, 1.15 / 1.03x at 64 rows
 // (results/h200-f32-bwd).
-template <class Op, int kBlock, int kPacks>
-constexpr size_t bwd_slice_floats() {
-  return static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
+// Dynamic shared memory of a backward tile: the partials; held, the scale's slice; staged, one
+// slice each of a and dy.
+template <class Op, int kBlock, int kPacks, bool kHeld, bool kStaged>
+constexpr size_t bwd_smem_bytes() {
+  constexpr size_t n = static_cast<size_t>(kPacks) * kBlock * kVecOf<typename Op::Type>;
+  return column_partials_smem<Op, kBlock, kPacks>() + (kHeld ? n * sizeof(float) : 0) +
+         (kStaged ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type)) : 0);
 }
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool held_scale_bwd() {
   return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() &&
-         column_partials_smem<Op, kBlock, kPacks>() + bwd_slice_floats<Op, kBlock, kPacks>() * sizeof(float) <=
-             kStagedSmemCap;
+         bwd_smem_bytes<Op, kBlock, kPacks, true, false>() <= kStagedSmemCap;
 }
-// Staged rows: the scale's slice and one slice each of a and dy, beside the partials.
 template <class Op, int kBlock, int kPacks>
 constexpr bool staged_bwd_rows() {
-  constexpr size_t bytes = sizeof(float) + sizeof(typename Op::RowType) + sizeof(typename Op::Type);
-  return Op::kColumnSums == 1 && bwd_holds_raw<Op>() &&
-         column_partials_smem<Op, kBlock, kPacks>() + bwd_slice_floats<Op, kBlock, kPacks>() * bytes <= kStagedSmemCap;
+  return Op::kColumnSums == 1 && bwd_holds_raw<Op>() && bwd_smem_bytes<Op, kBlock, kPacks, true, true>() <= kStagedSmemCap;
 }
-// Dynamic shared memory of a backward tile: the partials, and held, the scale's slice and (with
-// staged rows) one slice of a and of dy.
 template <class Op, int kBlock, int kPacks, bool kHeld>
 constexpr size_t tile_bwd_smem() {
-  constexpr size_t n = bwd_slice_floats<Op, kBlock, kPacks>();
-  constexpr size_t rows =
-      staged_bwd_rows<Op, kBlock, kPacks>() ? n * (sizeof(typename Op::RowType) + sizeof(typename Op::Type)) : 0;
-  return column_partials_smem<Op, kBlock, kPacks>() + (kHeld ? n * sizeof(float) + rows : 0);
+  return bwd_smem_bytes<Op, kBlock, kPacks, kHeld, kHeld && staged_bwd_rows<Op, kBlock, kPacks>()>();
 }
 
 // kHold: the tile holds the scale (and stages rows) where held_scale_bwd allows it.
