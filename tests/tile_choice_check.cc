@@ -41,6 +41,8 @@ int main() {
              // NormFwdOp's own budgets (norm_ops.cuh): the float32 norms' and 16-bit RMSNorm's
              // cluster tiles as 512 threads of 4 packs.
              {"norm forward f32, 512x4 clusters", with_small_spread(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0)), 4},
+             {"RMSNorm forward f32, wide alone",
+              with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), true)), 4},
              {"RMSNorm forward 16-bit, 512x4 clusters", with_small_spread(with_cluster_tiles(kHeldRowForwardBudget, 0, 0)), 2},
              {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2},
              {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2}};

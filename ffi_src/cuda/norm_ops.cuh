@@ -45,7 +45,7 @@ struct NormFwdOp {
   // the float32 norms' too: LayerNorm 1.05x at 32768-65536, RMSNorm 0.997-1.005x
   // (results/h200-f32-bwd).
   static constexpr TileBudget kBudget = with_staged_clusters(
-      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0)
+      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), !kCentered)
                                             : kCentered    ? kHeldRowForwardBudget
                                                            : with_cluster_tiles(kHeldRowForwardBudget, 0, 0)),
                           kCentered && sizeof(T) == 2),
@@ -213,8 +213,12 @@ struct NormFwdOp {
   static constexpr int kParamFloats = kCentered ? 2 : 1;
   template <int N>
   __device__ void load_params(int64_t col, Params<N>& p) const {
-    load_param<N>(gamma, has_scale, 1.f, col, p.g, split);
+    load_scale(col, p);
     if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b, split);
+  }
+  template <int N>
+  __device__ void load_scale(int64_t col, Params<N>& p) const {
+    load_param<N>(gamma, has_scale, 1.f, col, p.g, split);
   }
 
   template <int N>

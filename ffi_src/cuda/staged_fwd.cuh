@@ -93,6 +93,18 @@ __global__ void __launch_bounds__(kThreads, 1) staged_fwd_kernel(Op op, int64_t 
   for (int k = 0; k < kHeld; ++k) {
     if (src[k] != nullptr) load_param_slice<kThreads, kCluster, W, P>(src[k], prm + k * P * W, cols, rank);
   }
+  // LayerNorm's bias where shared memory holds the scale alone: in registers for the kernel's life
+  // (P * V floats a thread), where store() read it from L2 after every row's reduction, on the
+  // row's critical path.
+  constexpr bool kBiasInRegs = kHeld < Op::kParamFloats;
+  using Params = typename Op::template Params<V>;
+  Params held[kBiasInRegs ? P : 1];
+  if constexpr (kBiasInRegs) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (p * S < left) op.load_params(static_cast<int64_t>(p) * S + col0, held[p]);
+    }
+  }
   __syncthreads();
   int iter = 0;
   for (int64_t row = worker; row < rows; row += workers, ++iter) {
@@ -126,7 +138,13 @@ __global__ void __launch_bounds__(kThreads, 1) staged_fwd_kernel(Op op, int64_t 
           float v[V];
           unpack_again(raw[p], v);
           q.from_held(v, r);
-          q.store(row, col, v, r, static_cast<const typename Op::template Params<V>*>(nullptr));
+          if constexpr (kBiasInRegs) {
+            Params e = held[p];
+            q.load_scale(col, e);
+            q.store(row, col, v, r, &e);
+          } else {
+            q.store(row, col, v, r, static_cast<const Params*>(nullptr));
+          }
         }
       }
     };

@@ -32,6 +32,7 @@ struct TileBudget {
   int staged_clusters = 0;  // forward cluster tiles of these sizes (a mask) run staged (staged_fwd.cuh)
   bool one_pack_rows = false;  // one_pack_rows may give CTA-wide rows twice the threads of one pack
   int warp_rows = 0;  // warp_rows may give rows of up to this many packs a warp of 2 x block_packs
+  bool wide_alone = false;  // rows of one wide tile (max_block x wide_packs) take it in one CTA
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -118,6 +119,13 @@ constexpr TileBudget with_cluster_tiles(TileBudget budget, int block, int packs)
   budget.cluster_packs = packs;
   return budget;
 }
+// A budget whose rows of one wide tile take it in one CTA, not a cluster of two, where wide_first
+// would also widen every cluster tile: float32 RMSNorm at 16384 columns as QuACK runs it (one CTA
+// a row: quack/rmsnorm.py's float32 rows take clusters only past 32768 columns).
+constexpr TileBudget with_wide_alone(TileBudget budget, bool on) {
+  budget.wide_alone = on;
+  return budget;
+}
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
 constexpr TileBudget with_one_pack_rows(TileBudget budget, bool on) {
   budget.one_pack_rows = on;
@@ -154,7 +162,9 @@ constexpr bool replicas_fit(int tpr, int block, int packs, int cluster) {
 }
 inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget, bool clusters) {
   if (!budget.spread_small || c.loop_tpr > 0 || rows <= 0) return c;
-  if (c.cluster > 1) {
+  // A wide_alone tile spreads as the cluster tile it replaces would.
+  const bool wide_alone = budget.wide_alone && c.cluster == 1 && c.packs == budget.wide_packs && c.tpr == budget.max_block;
+  if (c.cluster > 1 || wide_alone) {
     if (clusters && int64_t{c.tpr} * c.packs * c.cluster == int64_t{kSpreadClusterTpr} * 16 && rows * 16 <= sms)
       c.tpr = c.block = kSpreadClusterTpr, c.packs = 1, c.cluster = 16;
     return c;
@@ -232,7 +242,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
         return c;
       }
     }
-    if (budget.wide_first && packs <= static_cast<int64_t>(max_block) * wide_packs) {
+    if ((budget.wide_first || budget.wide_alone) && packs <= static_cast<int64_t>(max_block) * wide_packs) {
       c.tpr = max_block, c.block = max_block, c.packs = wide_packs, c.cluster = 1;
       return c;
     }
@@ -278,7 +288,8 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
-  if (kCluster == 1) return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && budget.wide_first);
+  if (kCluster == 1)
+    return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && (budget.wide_first || budget.wide_alone));
   if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs &&
       kCluster <= budget.one_shot_cluster)
     return true;
@@ -300,6 +311,7 @@ constexpr bool tile_possible(TileBudget budget) {
   X(256, 256, 8, 2) X(256, 256, 8, 4) X(256, 256, 8, 8) X(256, 256, 8, 16)                             \
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
-  X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)
+  X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)        \
+  X(512, 512, 8, 1)
 
 }  // namespace jaxnorm
