@@ -1,5 +1,5 @@
 // Host check of the CUDA dispatch table: for every op budget, element size and row width, the
-// tile choose_tile returns (and spread_small_launch's, for a few row counts, one_pack_rows's and warp_rows's)
+// tile choose_tile returns (and fwd_launch_tile's, for a few row counts, one_pack_rows's and warp_rows's)
 // is instantiated (listed in JN_FOR_EACH_TILE and allowed by tile_possible for that budget) and
 // holds the whole row. Built and run by test_host_programs.py.
 #include <cstdio>
@@ -62,7 +62,7 @@ int main() {
           for (int one_pack = 0; one_pack < (op.budget.one_pack_rows ? 2 : 1); ++one_pack)
           for (long warp_rows_of : {0L, 1L, 1L << 20}) {
             if (warp_rows_of > 0 && op.budget.warp_rows == 0) break;
-            const TileChoice c1 = rows > 0 ? spread_small_launch(c0, rows, 132, op.budget, clusters) : c0;
+            const TileChoice c1 = rows > 0 ? fwd_launch_tile(cols, rows, vec, vectorizable, clusters, 132, op.budget) : c0;
             const TileChoice c2 = one_pack ? one_pack_rows(c1, op.budget) : c1;
             const TileChoice c = warp_rows_of > 0 ? warp_rows(c2, cols, vec, warp_rows_of, 132, op.budget) : c2;
             bool ok;

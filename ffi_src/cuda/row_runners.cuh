@@ -83,12 +83,11 @@ struct FwdRunner {
 };
 
 // A row forward: the op's tile for the width, launches of few rows spread where the op's budget
-// allows it (spread_small_launch: replicas, one pack a thread, clusters of 16).
+// allows it (fwd_launch_tile, spread_small_launch: replicas, one pack a thread, clusters of 16).
 template <class Op>
 ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
   const DeviceFacts& d = device_facts();
-  const TileChoice c =
-      spread_small_launch(choose_tile_for<Op>(cols, vec, d.clusters), rows, d.sms, Op::kBudget, d.clusters);
+  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
   FwdRunner<Op> runner{op, rows, cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);

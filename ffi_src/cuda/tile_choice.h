@@ -162,9 +162,7 @@ constexpr bool replicas_fit(int tpr, int block, int packs, int cluster) {
 }
 inline TileChoice spread_small_launch(TileChoice c, int64_t rows, int sms, TileBudget budget, bool clusters) {
   if (!budget.spread_small || c.loop_tpr > 0 || rows <= 0) return c;
-  // A wide_alone tile spreads as the cluster tile it replaces would.
-  const bool wide_alone = budget.wide_alone && c.cluster == 1 && c.packs == budget.wide_packs && c.tpr == budget.max_block;
-  if (c.cluster > 1 || wide_alone) {
+  if (c.cluster > 1) {
     if (clusters && int64_t{c.tpr} * c.packs * c.cluster == int64_t{kSpreadClusterTpr} * 16 && rows * 16 <= sms)
       c.tpr = c.block = kSpreadClusterTpr, c.packs = 1, c.cluster = 16;
     return c;
@@ -273,6 +271,17 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
   }
   c.loop_tpr = cols <= 2048 ? 32 : 512;
   return c;
+}
+
+// A forward launch's tile: the width's, spread where the rows are few. wide_alone's one CTA a row
+// wants rows for two CTAs an SM, below that the cluster of 2 it replaces runs: at 64 rows x 16384
+// float32 RMSNorm one CTA a row took 1.16x the cluster's time, at 8192 rows 0.94x (H200,
+// results/h200-bias-alone).
+constexpr int kWideAloneRowsPerSm = 2;
+inline TileChoice fwd_launch_tile(int64_t cols, int64_t rows, int vec, bool vectorizable, bool clusters, int sms,
+                                  TileBudget budget) {
+  if (budget.wide_alone && rows < int64_t{kWideAloneRowsPerSm} * sms) budget.wide_alone = false;
+  return spread_small_launch(choose_tile(cols, vec, vectorizable, clusters, budget), rows, sms, budget, clusters);
 }
 
 // Whether choose_tile can return this tile for an op (so only those are compiled).
