@@ -4,7 +4,7 @@ and QuACK from the PyTorch profiler (results/h200-f32-bwd: the two disagreed by 
 
     python benchmarks/ncu_cells.py DIR
 
-DIR/LIB__OP__DIRECTION__RxC__DTYPE__CALLS.csv holds one process's kernels: CALLS calls of the op
+DIR/LIB__OP__DIRECTION__RxC__DTYPE__CALLS.csv (DIRECTION fwd or fwdbwd) holds one process's kernels: CALLS calls of the op
 (profile_one.py for jaxnorm, quack_once.py for QuACK), caches flushed by ncu before every kernel.
 A call's time is the sum of its kernels' gpu__time_duration (the kernels split evenly over the
 calls, in launch order); a cell's is the median over its calls. TB/s counts bench.py's bytes.
@@ -26,7 +26,7 @@ from flashinfer_ncu import kernels  # noqa: E402
 from jaxnorm._timing import min_bytes  # noqa: E402
 
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-NAME = re.compile(r"^(jaxnorm|quack)__([a-z_]+?)__(fwd\+bwd|fwd)__(\d+)x(\d+)__([a-z0-9]+)__(\d+)\.csv$")
+NAME = re.compile(r"^(jaxnorm|quack)__([a-z_]+?)__(fwd\+bwd|fwdbwd|fwd)__(\d+)x(\d+)__([a-z0-9]+)__(\d+)\.csv$")
 
 
 def cell_time(csv_path: Path, calls: int):
@@ -48,6 +48,7 @@ def table(directory: str) -> str:
         m = NAME.search(p.name)
         if m:
             lib, op, direction, rows, cols, dtype, calls = m.groups()
+            direction = "fwd+bwd" if direction == "fwdbwd" else direction
             cells.setdefault((dtype, op, direction, int(cols), int(rows)), {})[lib] = cell_time(p, int(calls))
     lines = ["| dtype | op | direction | shape | jaxnorm µs (TB/s) | QuACK µs (TB/s) | jaxnorm / QuACK speed | "
              "jaxnorm kernels | QuACK kernels |", "|---|---|---|---|---|---|---|---|---|"]

@@ -20,7 +20,7 @@ python3 -c "import jaxnorm._ffi as f; assert f.cuda_built()" 2>/dev/null || { ec
 for c in $CELLS; do
   [ $SECONDS -gt ${UNTIL:-540} ] && { echo "skip $c (${SECONDS}s)"; continue; }
   IFS=: read -r op dir shape dtype <<< "$c"
-  f="${op}__${dir}__${shape}__${dtype}__${CALLS}"
+  f="${op}__${dir/+/}__${shape}__${dtype}__${CALLS}"  # no "+": the device run does not send such names back
   PYTHONPATH=$PWD timeout 120 $NCU --log-file "$D/jaxnorm__$f.csv" \
     python3 benchmarks/profile_one.py "$op" "$dir" "$shape" "$dtype" jaxnorm "$CALLS" > "$D/jaxnorm__$f.out" 2>&1 ||
     echo "jaxnorm $c: rc=$? (see $D/jaxnorm__$f.out)"

@@ -274,10 +274,11 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 }
 
 // A forward launch's tile: the width's, spread where the rows are few. wide_alone's one CTA a row
-// wants rows for two CTAs an SM, below that the cluster of 2 it replaces runs: at 64 rows x 16384
-// float32 RMSNorm one CTA a row took 1.16x the cluster's time, at 8192 rows 0.94x (H200,
-// results/h200-bias-alone).
-constexpr int kWideAloneRowsPerSm = 2;
+// (two an SM) pays a tail wave the cluster of 2 it replaces halves; below 16 rows an SM that
+// cluster runs. Float32 RMSNorm x 16384, one CTA a row against the cluster (H200,
+// results/h200-bias-alone): 0.86x the speed at 64 rows, 1.04x at 264, 0.91x at 512, 0.98x at 1024,
+// 1.05-1.06x at 8192. The cut at 16 (2112 rows) was not measured itself.
+constexpr int kWideAloneRowsPerSm = 16;
 inline TileChoice fwd_launch_tile(int64_t cols, int64_t rows, int vec, bool vectorizable, bool clusters, int sms,
                                   TileBudget budget) {
   if (budget.wide_alone && rows < int64_t{kWideAloneRowsPerSm} * sms) budget.wide_alone = false;
