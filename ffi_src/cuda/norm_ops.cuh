@@ -214,11 +214,15 @@ struct NormFwdOp {
   template <int N>
   __device__ void load_params(int64_t col, Params<N>& p) const {
     load_scale(col, p);
-    if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b, split);
+    load_bias(col, p);
   }
   template <int N>
   __device__ void load_scale(int64_t col, Params<N>& p) const {
     load_param<N>(gamma, has_scale, 1.f, col, p.g, split);
+  }
+  template <int N>
+  __device__ void load_bias(int64_t col, Params<N>& p) const {
+    if constexpr (kCentered) load_param<N>(beta, has_bias, 0.f, col, p.b, split);
   }
 
   template <int N>

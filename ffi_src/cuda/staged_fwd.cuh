@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) staged_fwd_kernel(Op op, int64_t 
   if constexpr (kBiasInRegs) {
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      if (p * S < left) op.load_params(static_cast<int64_t>(p) * S + col0, held[p]);
+      if (p * S < left) op.load_bias(static_cast<int64_t>(p) * S + col0, held[p]);
     }
   }
   __syncthreads();
