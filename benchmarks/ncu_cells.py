@@ -26,7 +26,7 @@ from flashinfer_ncu import kernels  # noqa: E402
 from jaxnorm._timing import min_bytes  # noqa: E402
 
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-NAME = re.compile(r"^(jaxnorm|quack)__([a-z_]+?)__(fwd\+bwd|fwdbwd|fwd)__(\d+)x(\d+)__([a-z0-9]+)__(\d+)\.csv$")
+NAME = re.compile(r"^(jaxnorm|quack)__([a-z_]+?)__(fwdbwd|fwd)__(\d+)x(\d+)__([a-z0-9]+)__(\d+)\.csv$")
 
 
 def cell_time(csv_path: Path, calls: int):

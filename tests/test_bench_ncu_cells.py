@@ -27,7 +27,7 @@ def test_cells_pair_the_libraries(tmp_path):
     bwd = [("void jaxnorm::tile_fwd_kernel<A>(B)", "100,000"), ("void jaxnorm::tile_bwd_kernel<A>(B)", "200,000"),
            ("void jaxnorm::reduce_partials_kernel<A>(B)", "5,000")]
     write(tmp_path / "jaxnorm__rms_norm__fwdbwd__131072x1024__bfloat16__2.csv", bwd * 2)
-    write(tmp_path / "quack__rms_norm__fwd+bwd__131072x1024__bfloat16__2.csv", [(quack, "300,000")] * 3)  # uneven
+    write(tmp_path / "quack__rms_norm__fwdbwd__131072x1024__bfloat16__2.csv", [(quack, "300,000")] * 3)  # uneven
     write(tmp_path / "jaxnorm__softmax__fwd__8192x16384__float32__3.csv", [])  # the process failed
     lines = ncu_cells.table(str(tmp_path)).splitlines()
     fwd = next(ln for ln in lines if "| rms_norm | fwd | 4096x32768 |" in ln)
