@@ -46,10 +46,10 @@ struct NormFwdOp {
   // (results/h200-f32-bwd).
   static constexpr TileBudget kBudget = with_staged_clusters(
       with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), !kCentered)
-                                            : kCentered    ? kHeldRowForwardBudget
-                                                           : with_cluster_tiles(kHeldRowForwardBudget, 0, 0)),
+                                            : kCentered    ? with_wide_alone(kHeldRowForwardBudget, true)
+                                                           : with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)),
                           kCentered && sizeof(T) == 2),
-      kCentered && sizeof(T) == 2 ? 0 : 2 | 4 | 8 | 16);
+      kCentered && sizeof(T) == 2 ? 8 | 16 : 2 | 4 | 8 | 16);
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.
