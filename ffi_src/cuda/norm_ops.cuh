@@ -49,7 +49,7 @@ struct NormFwdOp {
                                             : kCentered    ? with_wide_alone(kHeldRowForwardBudget, true)
                                                            : with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)),
                           kCentered && sizeof(T) == 2),
-      kCentered && sizeof(T) == 2 ? 8 | 16 : 2 | 4 | 8 | 16);
+      kCentered && sizeof(T) == 2 ? 0 : 2 | 4 | 8 | 16);
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.
