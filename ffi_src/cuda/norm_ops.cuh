@@ -350,7 +350,7 @@ struct NormBwdOp {
   static constexpr TileBudget kBudget = with_warp_rows(
       with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                          Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
-      sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value && !kBiasGrad ? 112 : 0);
+      sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value && !kBiasGrad ? 128 : 0);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
@@ -413,11 +413,25 @@ struct NormBwdOp {
     return dx.template load_early<N>(row * cols + col);
   }
 
+  // The scale's values at col.
+  template <int N>
+  __device__ void scale_at(int64_t col, float (&g)[N]) const {
+    load_param<N>(gamma, f.has_scale, 1.f, col, g);
+  }
+
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
   template <int N>
   __device__ void terms(RowIn in, int64_t, int64_t col, float (&a)[N], const float (&d)[N], Sum2& s) const {
-    float g[N], b[N];
-    load_param<N>(gamma, f.has_scale, 1.f, col, g);
+    float g[N];
+    scale_at(col, g);
+    terms_scaled(in, col, a, d, g, s);
+  }
+  // terms() and emit() with the scale's values at col given, by a tile that holds them in
+  // registers (row_tiles.cuh, warp_regs_bwd).
+  template <int N>
+  __device__ void terms_scaled(RowIn in, int64_t col, float (&a)[N], const float (&d)[N], const float (&g)[N],
+                               Sum2& s) const {
+    float b[N];
     load_param<N>(beta, f.has_bias && f.memory_efficient, 0.f, col, b);  // only recovery from y uses the bias
 #pragma unroll
     for (int i = 0; i < N; ++i) a[i] = norm_xhat(a[i], in.mean, in.rstd, g[i], b[i], eps, f);
@@ -435,8 +449,14 @@ struct NormBwdOp {
   template <int N, class E>
   __device__ void emit(int64_t row, int64_t col, const float (&xhat)[N], const float (&d)[N], Row r, float (&dg)[N],
                        float (&db)[N], const E& early) const {
-    float g[N], out[N];
-    load_param<N>(gamma, f.has_scale, 1.f, col, g);
+    float g[N];
+    scale_at(col, g);
+    emit_scaled(row, col, xhat, d, r, g, dg, db, early);
+  }
+  template <int N, class E>
+  __device__ void emit_scaled(int64_t row, int64_t col, const float (&xhat)[N], const float (&d)[N], Row r,
+                              const float (&g)[N], float (&dg)[N], float (&db)[N], const E& early) const {
+    float out[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       out[i] = norm_dx(d[i] * g[i], xhat[i], r.rstd, r.c1, r.c2, f.centered);

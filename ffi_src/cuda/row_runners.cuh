@@ -125,13 +125,13 @@ struct BwdRunner {
     if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
       // Held where a worker has several rows (row_tiles.cuh, held_scale_bwd).
       auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
-      constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, true>();
+      constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true>();
       static const int resident = resident_workers(held, kBlock, kCluster, smem);
       const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
       if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(held, smem, workers);
     }
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = tile_bwd_smem<Op, kBlock, kPacks, false>();
+    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, false>();
     static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
     if (resident == 0) return loop<512, 512>();
     const int64_t workers = tile_workers<kTPR, kBlock, kPacks, kCluster>(resident);

@@ -412,19 +412,19 @@ struct BwdRowPacks<Op, kPacks, true> {
 };
 
 // The scale (and, for kSums == 2, bias) gradient partials of a thread's columns, summed over its
-// worker's rows. In registers; for the wide tile (twice the columns a thread of the others
-// holds) in dynamic shared memory instead, as [gradient][pack][float4 of the pack][thread] so a
+// worker's rows. In registers (the warp-row tile's too: warp_regs_bwd); for the wide tile (twice
+// the columns a thread of the others holds) in dynamic shared memory instead, as [gradient][pack][float4 of the pack][thread] so a
 // warp's float4 accesses are contiguous: the registers hold x and dy, and rows up to 262144
 // columns keep a tile (the loop fallback, which reads each row three times, ran at 31% of copy:
 // results/h100.md). With one sum, get() gives a zero bias partial and put() drops it.
-template <class Op, int kPacks>
+template <class Op, int kBlock, int kPacks>
 constexpr bool partials_in_smem() {
-  return Op::kColumnSums > 0 && kPacks > Op::kBudget.block_packs;
+  return Op::kColumnSums > 0 && kPacks > Op::kBudget.block_packs && kBlock == Op::kBudget.max_block;
 }
 
 template <class Op, int kBlock, int kPacks>
 constexpr size_t column_partials_smem() {
-  return partials_in_smem<Op, kPacks>()
+  return partials_in_smem<Op, kBlock, kPacks>()
              ? Op::kColumnSums * kPacks * kVecOf<typename Op::Type> * kBlock * sizeof(float)
              : 0;
 }
@@ -511,16 +511,53 @@ constexpr size_t bwd_smem_bytes() {
 }
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool held_scale_bwd() {
-  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kPacks>() &&
+  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kBlock, kPacks>() &&
          bwd_smem_bytes<Op, kBlock, kPacks, true, false>() <= kStagedSmemCap;
 }
 template <class Op, int kBlock, int kPacks>
 constexpr bool staged_bwd_rows() {
   return Op::kColumnSums == 1 && bwd_holds_raw<Op>() && bwd_smem_bytes<Op, kBlock, kPacks, true, true>() <= kStagedSmemCap;
 }
-template <class Op, int kBlock, int kPacks, bool kHeld>
+
+// The warp-row tile (tile_choice.h, warp_rows: a warp of 4 packs a row, 4 rows a 128-thread CTA;
+// the plain 16-bit RMSNorm backward) after QuACK's backward at 1024 columns: its partials in
+// registers, the scale of its columns (the same for the CTA's 4 rows) in shared memory for the
+// kernel's life (the tile read the scale from L1 twice a row and its partials from shared memory;
+// the scale in registers too took 128 registers and spilled 116 bytes), and each row slot's next
+// two rows of a and dy staged in shared memory by cp.async, every thread copying the 16-byte
+// packs it reads itself (so no barrier: cp.async.wait_group), while the current row reduces and
+// stores.
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
+constexpr bool warp_regs_bwd() {
+  return kTPR == 32 && kBlock == 128 && kCluster == 1 && Op::kBudget.warp_rows > 0 &&
+         kPacks == 2 * Op::kBudget.block_packs && Op::kColumnSums == 1 && bwd_holds_raw<Op>();
+}
+constexpr int kWarpStages = 2;
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHeld>
 constexpr size_t tile_bwd_smem() {
-  return bwd_smem_bytes<Op, kBlock, kPacks, kHeld, kHeld && staged_bwd_rows<Op, kBlock, kPacks>()>();
+  if constexpr (warp_regs_bwd<Op, kTPR, kBlock, kPacks, kCluster>())
+    return (size_t{kWarpStages} * 2 * kBlock + kTPR * kVecOf<typename Op::Type> / 4) * kPacks * 16;
+  else return bwd_smem_bytes<Op, kBlock, kPacks, kHeld, kHeld && staged_bwd_rows<Op, kBlock, kPacks>()>();
+}
+
+// A warp-row tile's stage of one row slot (warp_regs_bwd): this thread's packs of a and dy at the
+// row, by cp.async into [a, dy][pack][thread] 16-byte entries; one commit group whether or not the
+// row exists, so cp_async_wait counts rows.
+template <class Op, int kTPR, int kPacks>
+__device__ __forceinline__ void stage_warp_row(const Op& op, int64_t row, bool row_ok, int t, int64_t cols,
+                                               uint4* stage) {
+  constexpr int V = kVecOf<typename Op::Type>;
+  if (row_ok) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = pack_col<kTPR, 1, V>(p, t);
+      if (col < cols) {
+        cp_async_16(stage + p * blockDim.x + threadIdx.x, op.xin + row * cols + col);
+        cp_async_16(stage + (kPacks + p) * blockDim.x + threadIdx.x, op.dy + row * cols + col);
+      }
+    }
+  }
+  cp_async_commit();
 }
 
 // kHold: the tile holds the scale (and stages rows) where held_scale_bwd allows it.
@@ -538,7 +575,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   const int64_t stride = workers * kRowsPerCta;
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
   row_reduce_init<kCluster>(red);
-  ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kPacks>(), Op::kColumnSums> parts;
+  ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kBlock, kPacks>(), Op::kColumnSums> parts;
 
   // Held tiles (held_scale_bwd): the scale's slice after the partials, then the staged slices of
   // a and dy; W columns a segment, S a segment of the cluster. Pack p's op reads the scale at col
@@ -565,6 +602,39 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     if (kStaged && threadIdx.x == 0 && worker < rows_per_group)
       stage_slices<kCluster, W, kPacks>(group_row0 + worker, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
   }
+  // Warp-row tiles (warp_regs_bwd): the scale of the row's columns in shared memory, as
+  // [pack][float4 of the pack][thread] so a warp's float4 reads are contiguous, and the slot's
+  // first two rows staged.
+  constexpr bool kRegs = warp_regs_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  constexpr int kStageEntries = 2 * kPacks * kBlock;
+  uint4* const stages = reinterpret_cast<uint4*>(jn_dynamic_smem);  // [kWarpStages][a, dy][pack][thread]
+  float4* const gsm = reinterpret_cast<float4*>(stages + kWarpStages * kStageEntries);
+  const auto scale_of = [&](int p, float(&g)[V]) {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 v = gsm[(p * (V / 4) + q) * kTPR + t];
+      g[4 * q] = v.x, g[4 * q + 1] = v.y, g[4 * q + 2] = v.z, g[4 * q + 3] = v.w;
+    }
+  };
+  if constexpr (kRegs) {
+    if (threadIdx.x < kTPR) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
+        float g[V];
+        if (col < cols) op.scale_at(col, g);
+#pragma unroll
+        for (int q = 0; q < V / 4; ++q)
+          gsm[(p * (V / 4) + q) * kTPR + t] = make_float4(g[4 * q], g[4 * q + 1], g[4 * q + 2], g[4 * q + 3]);
+      }
+    }
+    __syncthreads();  // the scale in
+#pragma unroll
+    for (int k = 0; k < kWarpStages; ++k) {
+      const int64_t b = worker * kRowsPerCta + k * stride + slot;
+      stage_warp_row<Op, kTPR, kPacks>(op, group_row0 + b, b < rows_per_group, t, cols, stages + k * kStageEntries);
+    }
+  }
 
   int iter = 0;  // the worker's rows so far (row_allreduce alternates its scratch by it)
   constexpr bool kOnce = one_shot_bwd<Op, kBlock, kPacks, kCluster>();  // one pass: no loop state kept live
@@ -575,20 +645,28 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     using Early = typename decltype(rp)::Early;
     bool ok[kPacks];
     if constexpr (kStaged) wait_phase<true>(&full[0], iter & 1);  // the row's copies landed
+    uint4* const stage = stages + (iter % kWarpStages) * kStageEntries;
+    if constexpr (kRegs) cp_async_wait<kWarpStages - 1>();  // this row's copies landed
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
       ok[p] = row_ok && col < cols;
       if (!ok[p]) continue;
-      if constexpr (kStaged) rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
-      else rp.load(op, row, col, p);
+      if constexpr (kStaged) {
+        rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
+      } else if constexpr (kRegs) {
+        rp.load_staged(op, reinterpret_cast<const A*>(stage + p * kBlock + threadIdx.x),
+                       reinterpret_cast<const T*>(stage + (kPacks + p) * kBlock + threadIdx.x), row, col, p);
+      } else {
+        rp.load(op, row, col, p);
+      }
     }
     if constexpr (kStaged) {
       __syncthreads();  // every thread's reads of the slices are done: they take the next row
       if (threadIdx.x == 0 && base + stride < rows_per_group)
         stage_slices<kCluster, W, kPacks>(row + stride, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
     }
-    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kStaged ? 2 : 1) * stride,
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kRegs ? 3 : kStaged ? 2 : 1) * stride,
                                                group_row0 + rows_per_group);
     const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};
@@ -596,8 +674,20 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     for (int p = 0; p < kPacks; ++p)
       if (ok[p])
         rp.template with<false>(p, [&](float(&a)[V], float(&d)[V], const Early&) {
-          at_pack(p).terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a, d, s);
+          if constexpr (kRegs) {
+            float g[V];
+            scale_of(p, g);
+            op.terms_scaled(in, pack_col<kTPR, kCluster, V>(p, t), a, d, g, s);
+          } else {
+            at_pack(p).terms(in, row, pack_col<kTPR, kCluster, V>(p, t), a, d, s);
+          }
         });
+    // The stage's packs are in registers (the sums used them all): it takes the slot's row
+    // kWarpStages ahead.
+    if constexpr (kRegs) {
+      const int64_t b = base + kWarpStages * stride + slot;
+      stage_warp_row<Op, kTPR, kPacks>(op, group_row0 + b, b < rows_per_group, t, cols, stage);
+    }
     s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, iter);
     const auto r = op.finalize(in, s);
 #pragma unroll
@@ -606,13 +696,17 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
         const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
         rp.template with<true>(p, [&](float(&a)[V], float(&d)[V], const Early& early) {
           const Op q = at_pack(p);
+          float g[kRegs ? V : 1];
+          if constexpr (kRegs) scale_of(p, g);
           if constexpr (decltype(rp)::kHeld) {
             Sum2 unused{0.f, 0.f};
-            q.terms(in, row, col, a, d, unused);  // a in emit()'s form again
+            if constexpr (kRegs) q.terms_scaled(in, col, a, d, g, unused);
+            else q.terms(in, row, col, a, d, unused);  // a in emit()'s form again
           }
           float gp[V], bp[V];
           parts.get(p, gp, bp);
-          q.emit(row, col, a, d, r, gp, bp, early);
+          if constexpr (kRegs) q.emit_scaled(row, col, a, d, r, g, gp, bp, early);
+          else q.emit(row, col, a, d, r, gp, bp, early);
           parts.put(p, gp, bp);
         });
       }
