@@ -68,6 +68,18 @@ def test_many_wide_rows(op, names, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype], names=names)
 
 
+# Launches of at least 16 rows an SM (2112 on 132 SMs, 2368 on 148) take the wide forward tiles
+# (tile_choice.h, fwd_launch_tile): rows of one 512 x 8 tile in one CTA (float32 16384, bf16
+# 32768, fp16 24576) and, for float32, 512 x 8 clusters (20000: a cluster of 2, staged, a partial
+# last segment).
+@op_params(NORMS)
+@pytest.mark.parametrize("shape,dtype", [((2400, 16384), "float32"), ((2400, 20000), "float32"),
+                                         ((2400, 32768), "bfloat16"), ((2400, 24576), "float16")], ids=str)
+@pytest.mark.wide
+def test_many_rows_wide_tiles(op, shape, dtype, rng):
+    check_op(op, rng, shape, DTYPES[dtype])
+
+
 # Rows whose last warp of packs ends past the row (width not a multiple of 256 columns), in the
 # CTA-a-row backward tiles, which store each thread's scale/bias gradient partials a pack at a time
 # (row_tiles.cuh): the lanes past the row must store nothing. 4000 bf16 columns: a 256-thread

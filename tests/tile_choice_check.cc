@@ -43,6 +43,8 @@ int main() {
              {"norm forward f32, 512x4 clusters", with_small_spread(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0)), 4},
              {"RMSNorm forward f32, wide alone",
               with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), true)), 4},
+             {"norm forward f32, wide first",
+              with_small_spread(with_wide_first(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), true)), 4},
              {"RMSNorm forward 16-bit, 512x4 clusters, wide alone",
               with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), 2},
              {"LayerNorm forward 16-bit, wide alone", with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)), 2},

@@ -45,7 +45,7 @@ struct NormFwdOp {
   // the float32 norms' too: LayerNorm 1.05x at 32768-65536, RMSNorm 0.997-1.005x
   // (results/h200-f32-bwd).
   static constexpr TileBudget kBudget = with_staged_clusters(
-      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), !kCentered)
+      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_wide_first(with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), !kCentered), true)
                                             : kCentered    ? with_wide_alone(kHeldRowForwardBudget, true)
                                                            : with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)),
                           kCentered && sizeof(T) == 2),

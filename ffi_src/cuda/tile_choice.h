@@ -119,6 +119,11 @@ constexpr TileBudget with_cluster_tiles(TileBudget budget, int block, int packs)
   budget.cluster_packs = packs;
   return budget;
 }
+// A budget whose rows wider than one CTA of block_packs take the wide tile in half as many CTAs.
+constexpr TileBudget with_wide_first(TileBudget budget, bool on) {
+  budget.wide_first = on;
+  return budget;
+}
 // A budget whose rows of one wide tile take it in one CTA, not a cluster of two, where wide_first
 // would also widen every cluster tile: float32 RMSNorm at 16384 columns as QuACK runs it (one CTA
 // a row: quack/rmsnorm.py's float32 rows take clusters only past 32768 columns).
@@ -281,7 +286,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 constexpr int kWideAloneRowsPerSm = 16;
 inline TileChoice fwd_launch_tile(int64_t cols, int64_t rows, int vec, bool vectorizable, bool clusters, int sms,
                                   TileBudget budget) {
-  if (budget.wide_alone && rows < int64_t{kWideAloneRowsPerSm} * sms) budget.wide_alone = false;
+  if (rows < int64_t{kWideAloneRowsPerSm} * sms) budget.wide_alone = budget.wide_first = false;
   return spread_small_launch(choose_tile(cols, vec, vectorizable, clusters, budget), rows, sms, budget, clusters);
 }
 
@@ -322,6 +327,6 @@ constexpr bool tile_possible(TileBudget budget) {
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
   X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)        \
-  X(512, 512, 8, 1)
+  X(512, 512, 8, 1) X(512, 512, 8, 2) X(512, 512, 8, 4) X(512, 512, 8, 8)
 
 }  // namespace jaxnorm
