@@ -49,7 +49,7 @@ int main() {
               with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), 2},
              {"LayerNorm forward 16-bit, wide alone", with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)), 2},
              {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2},
-             {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 128), 2}};
+             {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2}};
   long passed = 0, failed = 0;
   for (const auto& op : ops) {
     const int vec = 16 / op.elem_bytes;

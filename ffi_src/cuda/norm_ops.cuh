@@ -45,7 +45,7 @@ struct NormFwdOp {
   // the float32 norms' too: LayerNorm 1.05x at 32768-65536, RMSNorm 0.997-1.005x
   // (results/h200-f32-bwd).
   static constexpr TileBudget kBudget = with_staged_clusters(
-      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_wide_first(with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), !kCentered), true)
+      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_wide_first(with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), !kCentered), kCentered)
                                             : kCentered    ? with_wide_alone(kHeldRowForwardBudget, true)
                                                            : with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)),
                           kCentered && sizeof(T) == 2),
@@ -350,7 +350,7 @@ struct NormBwdOp {
   static constexpr TileBudget kBudget = with_warp_rows(
       with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                          Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
-      sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value && !kBiasGrad ? 128 : 0);
+      sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value && !kBiasGrad ? 112 : 0);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
