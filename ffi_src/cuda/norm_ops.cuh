@@ -28,6 +28,33 @@ __device__ __forceinline__ void load_param(const float* p, bool present, float a
   }
 }
 
+// The norm forwards' tile budgets (tile_choice.h). Clusters of 16 one-shot only where that
+// measured faster; the exchange by st.async for 16-bit LayerNorm only (row_reduce.cuh); every
+// cluster tile staged (staged_fwd.cuh) but 16-bit LayerNorm's (staged at clusters of 8 and 16 it
+// took 0.82x the speed at 131072-262144 bf16 columns: results/h200-wide16), 16-bit RMSNorm's as
+// 512 threads of 4 packs: bf16 1.05-1.10x the 256x8 tiles at 65536-262144 columns
+// (results/h200-f32-staged); the float32 norms' too: LayerNorm 1.05x at 32768-65536, RMSNorm
+// 0.997-1.005x (results/h200-f32-bwd). Rows of one 512 x 8 tile take it in one CTA where a launch
+// has 16 rows an SM (wide_alone, fwd_launch_tile): float32 RMSNorm 1.05-1.06x at 16384 columns
+// (results/h200-bias-alone), 16-bit RMSNorm 1.06x at 32768 and 1.08x at 24576, 16-bit LayerNorm
+// 1.04x and 1.13x (results/h200-wide16). Float32 LayerNorm takes 512 x 8 tiles from 8193 columns
+// on (wide_first: one CTA, then clusters of 2-8, staged): 1.04x at 16384, 1.02x at 32768, level
+// at 65536-131072; float32 RMSNorm's clusters of them lost (0.99x at 32768; results/h200-wide16).
+template <class T, bool kCentered>
+constexpr TileBudget norm_fwd_budget() {
+  constexpr int kAllClusters = 2 | 4 | 8 | 16;
+  if constexpr (sizeof(T) == 4) {
+    const TileBudget b = with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0);
+    return with_staged_clusters(with_small_spread(kCentered ? with_wide_first(b, true) : with_wide_alone(b, true)),
+                                kAllClusters);
+  } else if constexpr (kCentered) {
+    return with_async_exchange(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)));
+  } else {
+    return with_staged_clusters(
+        with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), kAllClusters);
+  }
+}
+
 // kCentered: LayerNorm, whose statistics are Welford's (count, mean, M2); else RMSNorm, whose
 // statistic is the sum of squares alone (the count is the row's width), merged by adds. RMSNorm
 // through the LayerNorm path paid for a sum pass, a subtraction of its zero mean an element in
@@ -38,18 +65,7 @@ struct NormFwdOp {
   using Type = T;
   using Stats = std::conditional_t<kCentered, Welford, float>;
   using Merge = std::conditional_t<kCentered, WelfordMerge, SumMerge>;
-  // Clusters of 16 one-shot only where that measured faster (tile_choice.h); the exchange by
-  // st.async for 16-bit LayerNorm only (row_reduce.cuh); every cluster tile staged
-  // (staged_fwd.cuh) but 16-bit LayerNorm's, 16-bit RMSNorm's as 512 threads of 4 packs: bf16
-  // 1.05-1.10x the 256x8 tiles at 65536-262144 columns, 0.997x at 32768 (results/h200-f32-staged);
-  // the float32 norms' too: LayerNorm 1.05x at 32768-65536, RMSNorm 0.997-1.005x
-  // (results/h200-f32-bwd).
-  static constexpr TileBudget kBudget = with_staged_clusters(
-      with_async_exchange(with_small_spread(sizeof(T) == 4 ? with_wide_first(with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), !kCentered), kCentered)
-                                            : kCentered    ? with_wide_alone(kHeldRowForwardBudget, true)
-                                                           : with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)),
-                          kCentered && sizeof(T) == 2),
-      kCentered && sizeof(T) == 2 ? 0 : 2 | 4 | 8 | 16);
+  static constexpr TileBudget kBudget = norm_fwd_budget<T, kCentered>();
   static constexpr bool kCanHoldRaw = true;  // store() needs only x again
   static constexpr int kRawMinPacks = 1;
   // 16-bit packs may be split (device_types.cuh) so the float32 scale and bias loads coalesce.

@@ -126,7 +126,8 @@ constexpr TileBudget with_wide_first(TileBudget budget, bool on) {
 }
 // A budget whose rows of one wide tile take it in one CTA, not a cluster of two, where wide_first
 // would also widen every cluster tile: float32 RMSNorm at 16384 columns as QuACK runs it (one CTA
-// a row: quack/rmsnorm.py's float32 rows take clusters only past 32768 columns).
+// a row: quack/rmsnorm.py's float32 rows take clusters only past 32768 columns), and the 16-bit
+// norms at 32768 (norm_ops.cuh, norm_fwd_budget, says what each gained).
 constexpr TileBudget with_wide_alone(TileBudget budget, bool on) {
   budget.wide_alone = on;
   return budget;
@@ -214,6 +215,8 @@ inline TileChoice one_pack_rows(TileChoice c, TileBudget budget) {
 // two builds in one call, results/h200-warp-rows): the kernel took 0.87x the time at 520-640
 // columns, 0.91x at 768, 0.96x at 896, but 1.04-1.07x at 1024 (hence budget.warp_rows = 112
 // packs) and 1.11-1.12x in launches of 2048-4096 rows (16384 x 768: 0.98x; hence 64 rows an SM).
+// The tile now stages its rows and keeps its partials in registers (row_tiles.cuh,
+// warp_regs_bwd); at 1024 columns it still lost (0.95x, results/h200-wide16).
 constexpr int64_t kWarpRowsPerSm = 64;
 inline TileChoice warp_rows(TileChoice c, int64_t cols, int vec, int64_t rows, int sms, TileBudget budget) {
   if (budget.warp_rows == 0 || c.loop_tpr > 0 || c.cluster != 1 || c.tpr != 64 || c.packs != budget.block_packs ||
@@ -280,7 +283,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 
 // A forward launch's tile: the width's, spread where the rows are few. wide_alone's one CTA a row
 // (two an SM) pays a tail wave the cluster of 2 it replaces halves; below 16 rows an SM that
-// cluster runs. Float32 RMSNorm x 16384, one CTA a row against the cluster (H200,
+// cluster runs (and wide_first's tiles give way to the narrower ones alike: not measured below). Float32 RMSNorm x 16384, one CTA a row against the cluster (H200,
 // results/h200-bias-alone): 0.86x the speed at 64 rows, 1.04x at 264, 0.91x at 512, 0.98x at 1024,
 // 1.05-1.06x at 8192. The cut at 16 (2112 rows) was not measured itself.
 constexpr int kWideAloneRowsPerSm = 16;
