@@ -94,7 +94,7 @@ def test_partial_warp_rows(op, shape, dtype, rng):
 
 # The plain 16-bit RMSNorm backward's rows of 520-896 columns, in launches of at least 64 rows an
 # SM (8448 on 132 SMs, 9472 on 148), take a warp of 4 packs a row, four rows a CTA, the scale in
-# shared memory, the next rows staged by cp.async (row_tiles.cuh, warp_regs_bwd): widths ending
+# shared memory, the next rows staged by cp.async (row_tiles.cuh, warp_staged_bwd): widths ending
 # in a partial pack set (520, 776) and the bound (896), with and without the scale, each worker
 # taking several rows (so the stages wrap); past the bound (904) and LayerNorm's rows take 64
 # threads (the controls).

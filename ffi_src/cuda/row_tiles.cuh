@@ -412,10 +412,10 @@ struct BwdRowPacks<Op, kPacks, true> {
 };
 
 // The scale (and, for kSums == 2, bias) gradient partials of a thread's columns, summed over its
-// worker's rows. In registers (the warp-row tile's too: warp_regs_bwd); for the wide tile (twice
-// the columns a thread of the others holds) in dynamic shared memory instead, as [gradient][pack][float4 of the pack][thread] so a
-// warp's float4 accesses are contiguous: the registers hold x and dy, and rows up to 262144
-// columns keep a tile (the loop fallback, which reads each row three times, ran at 31% of copy:
+// worker's rows. In registers (the warp-row tile's too: warp_staged_bwd); for the wide tile
+// (twice the columns a thread of the others holds) in dynamic shared memory instead, as
+// [gradient][pack][float4 of the pack][thread] so a warp's float4 accesses are contiguous: the
+// registers hold x and dy, and rows up to 262144 columns keep a tile (the loop fallback, which reads each row three times, ran at 31% of copy:
 // results/h100.md). With one sum, get() gives a zero bias partial and put() drops it.
 template <class Op, int kBlock, int kPacks>
 constexpr bool partials_in_smem() {
@@ -531,19 +531,19 @@ constexpr bool staged_bwd_rows() {
 // it instead of 64 threads of 2 packs, 0.95-0.96x (bf16; fp16 0.94x), so warp_rows still ends
 // at 896 (112 packs).
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
-constexpr bool warp_regs_bwd() {
+constexpr bool warp_staged_bwd() {
   return kTPR == 32 && kBlock == 128 && kCluster == 1 && Op::kBudget.warp_rows > 0 &&
          kPacks == 2 * Op::kBudget.block_packs && Op::kColumnSums == 1 && bwd_holds_raw<Op>();
 }
 constexpr int kWarpStages = 2;
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHeld>
 constexpr size_t tile_bwd_smem() {
-  if constexpr (warp_regs_bwd<Op, kTPR, kBlock, kPacks, kCluster>())
+  if constexpr (warp_staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>())
     return (size_t{kWarpStages} * 2 * kBlock + kTPR * kVecOf<typename Op::Type> / 4) * kPacks * 16;
   else return bwd_smem_bytes<Op, kBlock, kPacks, kHeld, kHeld && staged_bwd_rows<Op, kBlock, kPacks>()>();
 }
 
-// A warp-row tile's stage of one row slot (warp_regs_bwd): this thread's packs of a and dy at the
+// A warp-row tile's stage of one row slot (warp_staged_bwd): this thread's packs of a and dy at the
 // row, by cp.async into [a, dy][pack][thread] 16-byte entries; one commit group whether or not the
 // row exists, so cp_async_wait counts rows.
 template <class Op, int kTPR, int kPacks>
@@ -605,10 +605,10 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     if (kStaged && threadIdx.x == 0 && worker < rows_per_group)
       stage_slices<kCluster, W, kPacks>(group_row0 + worker, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
   }
-  // Warp-row tiles (warp_regs_bwd): the scale of the row's columns in shared memory, as
+  // Warp-row tiles (warp_staged_bwd): the scale of the row's columns in shared memory, as
   // [pack][float4 of the pack][thread] so a warp's float4 reads are contiguous, and the slot's
   // first two rows staged.
-  constexpr bool kRegs = warp_regs_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
+  constexpr bool kWarpStaged = warp_staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
   constexpr int kStageEntries = 2 * kPacks * kBlock;
   uint4* const stages = reinterpret_cast<uint4*>(jn_dynamic_smem);  // [kWarpStages][a, dy][pack][thread]
   float4* const gsm = reinterpret_cast<float4*>(stages + kWarpStages * kStageEntries);
@@ -619,7 +619,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
       g[4 * q] = v.x, g[4 * q + 1] = v.y, g[4 * q + 2] = v.z, g[4 * q + 3] = v.w;
     }
   };
-  if constexpr (kRegs) {
+  if constexpr (kWarpStaged) {
     if (threadIdx.x < kTPR) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
@@ -649,7 +649,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     bool ok[kPacks];
     if constexpr (kStaged) wait_phase<true>(&full[0], iter & 1);  // the row's copies landed
     uint4* const stage = stages + (iter % kWarpStages) * kStageEntries;
-    if constexpr (kRegs) cp_async_wait<kWarpStages - 1>();  // this row's copies landed
+    if constexpr (kWarpStaged) cp_async_wait<kWarpStages - 1>();  // this row's copies landed
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
@@ -657,7 +657,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
       if (!ok[p]) continue;
       if constexpr (kStaged) {
         rp.load_staged(op, as + p * W + threadIdx.x * V, ds + p * W + threadIdx.x * V, row, col, p);
-      } else if constexpr (kRegs) {
+      } else if constexpr (kWarpStaged) {
         rp.load_staged(op, reinterpret_cast<const A*>(stage + p * kBlock + threadIdx.x),
                        reinterpret_cast<const T*>(stage + (kPacks + p) * kBlock + threadIdx.x), row, col, p);
       } else {
@@ -669,7 +669,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
       if (threadIdx.x == 0 && base + stride < rows_per_group)
         stage_slices<kCluster, W, kPacks>(row + stride, cols, rank, smem_addr(&full[0]), op.xin, as, op.dy, ds);
     }
-    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kRegs ? 3 : kStaged ? 2 : 1) * stride,
+    prefetch_rows<kTPR, kRowsPerCta, kCluster>(op, group_row0 + base + (kWarpStaged ? 3 : kStaged ? 2 : 1) * stride,
                                                group_row0 + rows_per_group);
     const auto in = op.row_in(row, row_ok);
     Sum2 s{0.f, 0.f};
@@ -677,7 +677,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     for (int p = 0; p < kPacks; ++p)
       if (ok[p])
         rp.template with<false>(p, [&](float(&a)[V], float(&d)[V], const Early&) {
-          if constexpr (kRegs) {
+          if constexpr (kWarpStaged) {
             float g[V];
             scale_of(p, g);
             op.terms_scaled(in, pack_col<kTPR, kCluster, V>(p, t), a, d, g, s);
@@ -687,7 +687,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
         });
     // The stage's packs are in registers (the sums used them all): it takes the slot's row
     // kWarpStages ahead.
-    if constexpr (kRegs) {
+    if constexpr (kWarpStaged) {
       const int64_t b = base + kWarpStages * stride + slot;
       stage_warp_row<Op, kTPR, kPacks>(op, group_row0 + b, b < rows_per_group, t, cols, stage);
     }
@@ -699,16 +699,16 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
         const int64_t col = pack_col<kTPR, kCluster, V>(p, t);
         rp.template with<true>(p, [&](float(&a)[V], float(&d)[V], const Early& early) {
           const Op q = at_pack(p);
-          float g[kRegs ? V : 1];
-          if constexpr (kRegs) scale_of(p, g);
+          float g[kWarpStaged ? V : 1];
+          if constexpr (kWarpStaged) scale_of(p, g);
           if constexpr (decltype(rp)::kHeld) {
             Sum2 unused{0.f, 0.f};
-            if constexpr (kRegs) q.terms_scaled(in, col, a, d, g, unused);
+            if constexpr (kWarpStaged) q.terms_scaled(in, col, a, d, g, unused);
             else q.terms(in, row, col, a, d, unused);  // a in emit()'s form again
           }
           float gp[V], bp[V];
           parts.get(p, gp, bp);
-          if constexpr (kRegs) q.emit_scaled(row, col, a, d, r, g, gp, bp, early);
+          if constexpr (kWarpStaged) q.emit_scaled(row, col, a, d, r, g, gp, bp, early);
           else q.emit(row, col, a, d, r, gp, bp, early);
           parts.put(p, gp, bp);
         });

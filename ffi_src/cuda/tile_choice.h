@@ -216,7 +216,7 @@ inline TileChoice one_pack_rows(TileChoice c, TileBudget budget) {
 // columns, 0.91x at 768, 0.96x at 896, but 1.04-1.07x at 1024 (hence budget.warp_rows = 112
 // packs) and 1.11-1.12x in launches of 2048-4096 rows (16384 x 768: 0.98x; hence 64 rows an SM).
 // The tile now stages its rows and keeps its partials in registers (row_tiles.cuh,
-// warp_regs_bwd); at 1024 columns it still lost (0.95x, results/h200-wide16).
+// warp_staged_bwd); at 1024 columns it still lost (0.95x, results/h200-wide16).
 constexpr int64_t kWarpRowsPerSm = 64;
 inline TileChoice warp_rows(TileChoice c, int64_t cols, int vec, int64_t rows, int sms, TileBudget budget) {
   if (budget.warp_rows == 0 || c.loop_tpr > 0 || c.cluster != 1 || c.tpr != 64 || c.packs != budget.block_packs ||
