@@ -442,8 +442,8 @@ struct NormBwdOp {
     scale_at(col, g);
     terms_scaled(in, col, a, d, g, s);
   }
-  // terms() and emit() with the scale's values at col given, by a tile that holds them in
-  // registers (row_tiles.cuh, warp_staged_bwd).
+  // terms() and emit() with the scale's values at col given, by a tile that holds them in shared
+  // memory for all its rows (row_tiles.cuh, warp_staged_bwd).
   template <int N>
   __device__ void terms_scaled(RowIn in, int64_t col, float (&a)[N], const float (&d)[N], const float (&g)[N],
                                Sum2& s) const {
