@@ -546,7 +546,7 @@ constexpr size_t tile_bwd_smem() {
 // A warp-row tile's stage of one row slot (warp_staged_bwd): this thread's packs of a and dy at the
 // row, by cp.async into [a, dy][pack][thread] 16-byte entries; one commit group whether or not the
 // row exists, so cp_async_wait counts rows.
-template <class Op, int kTPR, int kPacks>
+template <class Op, int kTPR, int kBlock, int kPacks>
 __device__ __forceinline__ void stage_warp_row(const Op& op, int64_t row, bool row_ok, int t, int64_t cols,
                                                uint4* stage) {
   constexpr int V = kVecOf<typename Op::Type>;
@@ -555,8 +555,8 @@ __device__ __forceinline__ void stage_warp_row(const Op& op, int64_t row, bool r
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = pack_col<kTPR, 1, V>(p, t);
       if (col < cols) {
-        cp_async_16(stage + p * blockDim.x + threadIdx.x, op.xin + row * cols + col);
-        cp_async_16(stage + (kPacks + p) * blockDim.x + threadIdx.x, op.dy + row * cols + col);
+        cp_async_16(stage + p * kBlock + threadIdx.x, op.xin + row * cols + col);
+        cp_async_16(stage + (kPacks + p) * kBlock + threadIdx.x, op.dy + row * cols + col);
       }
     }
   }
@@ -635,7 +635,8 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
 #pragma unroll
     for (int k = 0; k < kWarpStages; ++k) {
       const int64_t b = worker * kRowsPerCta + k * stride + slot;
-      stage_warp_row<Op, kTPR, kPacks>(op, group_row0 + b, b < rows_per_group, t, cols, stages + k * kStageEntries);
+      stage_warp_row<Op, kTPR, kBlock, kPacks>(op, group_row0 + b, b < rows_per_group, t, cols,
+                                               stages + k * kStageEntries);
     }
   }
 
@@ -689,7 +690,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
     // kWarpStages ahead.
     if constexpr (kWarpStaged) {
       const int64_t b = base + kWarpStages * stride + slot;
-      stage_warp_row<Op, kTPR, kPacks>(op, group_row0 + b, b < rows_per_group, t, cols, stage);
+      stage_warp_row<Op, kTPR, kBlock, kPacks>(op, group_row0 + b, b < rows_per_group, t, cols, stage);
     }
     s = row_allreduce<kTPR, kCluster>(s, Sum2Merge{}, red, iter);
     const auto r = op.finalize(in, s);

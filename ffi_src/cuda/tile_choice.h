@@ -283,13 +283,14 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 
 // A forward launch's tile: the width's, spread where the rows are few. wide_alone's one CTA a row
 // (two an SM) pays a tail wave the cluster of 2 it replaces halves; below 16 rows an SM that
-// cluster runs (and wide_first's tiles give way to the narrower ones alike: not measured below). Float32 RMSNorm x 16384, one CTA a row against the cluster (H200,
-// results/h200-bias-alone): 0.86x the speed at 64 rows, 1.04x at 264, 0.91x at 512, 0.98x at 1024,
-// 1.05-1.06x at 8192. The cut at 16 (2112 rows) was not measured itself.
-constexpr int kWideAloneRowsPerSm = 16;
+// cluster runs, and wide_first's tiles give way to the narrower ones alike (not measured there).
+// Float32 RMSNorm x 16384, one CTA a row against the cluster (H200, results/h200-bias-alone):
+// 0.86x the speed at 64 rows, 1.04x at 264, 0.91x at 512, 0.98x at 1024, 1.05-1.06x at 8192. The
+// cut at 16 (2112 rows) was not measured itself.
+constexpr int kWideTileRowsPerSm = 16;
 inline TileChoice fwd_launch_tile(int64_t cols, int64_t rows, int vec, bool vectorizable, bool clusters, int sms,
                                   TileBudget budget) {
-  if (rows < int64_t{kWideAloneRowsPerSm} * sms) budget.wide_alone = budget.wide_first = false;
+  if (rows < int64_t{kWideTileRowsPerSm} * sms) budget.wide_alone = budget.wide_first = false;
   return spread_small_launch(choose_tile(cols, vec, vectorizable, clusters, budget), rows, sms, budget, clusters);
 }
 
