@@ -14,7 +14,7 @@ F32 = np.float32
 # Per-group partial sums of the scale/bias gradients: at most this many floats of workspace per
 # column set, so wide rows do not allocate more than 2^22 * 8 bytes (32 MiB).
 _PARTIAL_BUDGET = 1 << 22
-_MAX_PARTIALS = 512
+_MAX_PARTIALS = 1184  # 8 CTAs an SM on 148 SMs (row_tiles.cuh: the 1024-column backward's tile)
 
 
 def partial_rows(rows_per_group: int, cols: int, groups: int) -> int:
