@@ -14,13 +14,19 @@ F32 = np.float32
 # Per-group partial sums of the scale/bias gradients: at most this many floats of workspace per
 # column set, so wide rows do not allocate more than 2^22 * 8 bytes (32 MiB).
 _PARTIAL_BUDGET = 1 << 22
-_MAX_PARTIALS = 1184  # 8 CTAs an SM on 148 SMs (row_tiles.cuh: the 1024-column backward's tile)
+_MAX_PARTIALS = 512
+# Rows of up to 512 columns run tiles of many small CTAs an SM, which the 512 cap left short of a
+# full grid: 1184 (8 CTAs an SM on 148 SMs) ran 16-bit RMSNorm's forward+backward 1.035-1.04x at
+# 128-256 columns, LayerNorm's 1.01x; at 768 RMSNorm's warp-row tile lost (0.984x), from 1024 on
+# level (H200, results/h200-1024bwd).
+_MAX_PARTIALS_NARROW, _NARROW_COLS = 1184, 512
 
 
 def partial_rows(rows_per_group: int, cols: int, groups: int) -> int:
     """How many partial rows the backward may write per group (the CUDA kernels use at most this
     many workers per group, then reduce the partials in a fixed order)."""
-    budget = max(1, min(_MAX_PARTIALS, _PARTIAL_BUDGET // max(cols, 1)))
+    cap = _MAX_PARTIALS_NARROW if cols <= _NARROW_COLS else _MAX_PARTIALS
+    budget = max(1, min(cap, _PARTIAL_BUDGET // max(cols, 1)))
     return max(1, min(rows_per_group, budget // max(groups, 1)))
 
 

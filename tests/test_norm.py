@@ -97,12 +97,10 @@ def test_partial_warp_rows(op, shape, dtype, rng):
 # shared memory, the next rows staged by cp.async (row_tiles.cuh, warp_staged_bwd): widths ending
 # in a partial pack set (520, 776) and the bound (896), with and without the scale, each worker
 # taking several rows (so the stages wrap) and, at 9501 rows, a last CTA with rows for some of its
-# warps only; past the bound (904-1024) rows of 128 threads of one pack, staged alike; LayerNorm's
-# rows take 64 threads (the control).
+# warps only; past the bound (904) and LayerNorm's rows take 64 threads (the controls).
 @op_and_param_subsets()
 @pytest.mark.parametrize("shape,dtype", [((9500, 520), "bfloat16"), ((9501, 776), "float16"),
-                                         ((9500, 896), "bfloat16"), ((9500, 904), "float16"),
-                                         ((9501, 1000), "float16"), ((9500, 1024), "bfloat16")], ids=str)
+                                         ((9500, 896), "bfloat16"), ((9500, 904), "float16")], ids=str)
 @pytest.mark.wide
 def test_warp_rows(op, names, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype], names=names)

@@ -38,15 +38,16 @@ int main() {
              {"softmax backward 16-bit", kSoftmaxBackwardBudget, 2},
              {"norm forward 16-bit", with_small_spread(kHeldRowForwardBudget), 2},
              {"norm forward f32", with_small_spread(kHeldRowPersistent16Budget), 4},
-             // NormFwdOp's own budgets (norm_ops.cuh): every norm's cluster tiles as 512 threads of
-             // 4 packs; rows of one 512x8 tile in one CTA.
+             // NormFwdOp's own budgets (norm_ops.cuh): the float32 norms' and 16-bit RMSNorm's
+             // cluster tiles as 512 threads of 4 packs; rows of one 512x8 tile in one CTA.
              {"norm forward f32, 512x4 clusters", with_small_spread(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0)), 4},
              {"RMSNorm forward f32, wide alone",
               with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), true)), 4},
              {"norm forward f32, wide first",
               with_small_spread(with_wide_first(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), true)), 4},
-             {"norm forward 16-bit, 512x4 clusters, wide alone",
+             {"RMSNorm forward 16-bit, 512x4 clusters, wide alone",
               with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), 2},
+             {"LayerNorm forward 16-bit, wide alone", with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)), 2},
              {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2},
              {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2}};
   long passed = 0, failed = 0;

@@ -47,9 +47,11 @@ constexpr TileBudget norm_fwd_budget() {
     const TileBudget b = with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0);
     return with_staged_clusters(with_small_spread(kCentered ? with_wide_first(b, true) : with_wide_alone(b, true)),
                                 kAllClusters);
+  } else if constexpr (kCentered) {
+    return with_async_exchange(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)));
   } else {
-    const TileBudget b = with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true));
-    return with_staged_clusters(with_async_exchange(b, kCentered), kAllClusters);
+    return with_staged_clusters(
+        with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), kAllClusters);
   }
 }
 

@@ -326,7 +326,6 @@ constexpr int bwd_min_ctas_per_sm() {
     if (Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
       return 2;
   }
-  if (Op::kBudget.warp_rows > 0 && kBlock == 128 && kPacks == 1) return 8;  // tile_choice.h, warp_rows
   if (Op::kBudget.one_pack_rows && kPacks == 1) return 1024 / kBlock;  // tile_choice.h, one_pack_rows
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
@@ -533,8 +532,8 @@ constexpr bool staged_bwd_rows() {
 // at 896 (112 packs).
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool warp_staged_bwd() {
-  return kBlock == 128 && kCluster == 1 && Op::kBudget.warp_rows > 0 && Op::kColumnSums == 1 && bwd_holds_raw<Op>() &&
-         ((kTPR == 32 && kPacks == 2 * Op::kBudget.block_packs) || (kTPR == 128 && kPacks == 1));
+  return kTPR == 32 && kBlock == 128 && kCluster == 1 && Op::kBudget.warp_rows > 0 &&
+         kPacks == 2 * Op::kBudget.block_packs && Op::kColumnSums == 1 && bwd_holds_raw<Op>();
 }
 constexpr int kWarpStages = 2;
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHeld>

@@ -217,16 +217,12 @@ inline TileChoice one_pack_rows(TileChoice c, TileBudget budget) {
 // packs) and 1.11-1.12x in launches of 2048-4096 rows (16384 x 768: 0.98x; hence 64 rows an SM).
 // The tile now stages its rows and keeps its partials in registers (row_tiles.cuh,
 // warp_staged_bwd); at 1024 columns it still lost (0.95x, results/h200-wide16).
-// Rows past budget.warp_rows packs that a 64-thread tile holds (904-1024 16-bit columns) take
-// QuACK 0.6.5's tile there instead: 128 threads of one pack a row, one row a 128-thread CTA, eight
-// CTAs an SM (row_tiles.cuh, warp_staged_bwd).
 constexpr int64_t kWarpRowsPerSm = 64;
 inline TileChoice warp_rows(TileChoice c, int64_t cols, int vec, int64_t rows, int sms, TileBudget budget) {
   if (budget.warp_rows == 0 || c.loop_tpr > 0 || c.cluster != 1 || c.tpr != 64 || c.packs != budget.block_packs ||
-      rows < kWarpRowsPerSm * sms)
+      cols / vec > budget.warp_rows || rows < kWarpRowsPerSm * sms)
     return c;
-  if (cols / vec > budget.warp_rows) c.tpr = 128, c.block = 128, c.packs = 1;
-  else c.tpr = 32, c.block = 128, c.packs = 2 * budget.block_packs;
+  c.tpr = 32, c.block = 128, c.packs = 2 * budget.block_packs;
   return c;
 }
 
@@ -307,8 +303,7 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kTPR <= 32 || kBlock > max_block) return false;
   if (budget.one_pack_rows && kCluster == 1 && kPacks == 1 && kTPR >= 128 && kBlock == cta_threads(kTPR, budget))
     return true;
-  if (kCluster == 1 && kPacks == 1 && kBlock == kTPR)
-    return (budget.spread_small && kTPR <= kSpreadMaxTpr) || (budget.warp_rows > 0 && kTPR == 128);
+  if (kCluster == 1 && kPacks == 1 && kBlock == kTPR) return budget.spread_small && kTPR <= kSpreadMaxTpr;
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
