@@ -16,9 +16,9 @@ F32 = np.float32
 _PARTIAL_BUDGET = 1 << 22
 _MAX_PARTIALS = 512
 # Rows of up to 512 columns run tiles of many small CTAs an SM, which the 512 cap left short of a
-# full grid: 1184 (8 CTAs an SM on 148 SMs) ran 16-bit RMSNorm's forward+backward 1.035-1.04x at
-# 128-256 columns, LayerNorm's 1.01x; at 768 RMSNorm's warp-row tile lost (0.984x), from 1024 on
-# level (H200, results/h200-1024bwd).
+# full grid: 1184 (8 CTAs an SM on up to 148 SMs; H100/H200 have 132) ran 16-bit RMSNorm's
+# forward+backward 1.035-1.04x at 128-256 columns, LayerNorm's 1.01x; at 768 RMSNorm's warp-row
+# tile lost (0.984x), from 2048 on level (H200, results/h200-1024bwd).
 _MAX_PARTIALS_NARROW, _NARROW_COLS = 1184, 512
 
 

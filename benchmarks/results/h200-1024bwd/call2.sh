@@ -1,7 +1,7 @@
-# Call 2 of h200-1024bwd (carry .whl, on call 1's warm machine): QuACK's small wheels and first cu13
-# part kept in /tmp for calls 3-4; then the partials cap alone (jaxnorm/_ops.py's _MAX_PARTIALS
-# 512 -> 1184, Python only: call 1's base build /tmp/m0 (or, on a fresh machine, this tree at 05cbbcd's sources built there) copied to /tmp/m2 with the one line
-# changed), two rounds a side against /tmp/m0 at the backward widths it reaches.
+# Call 2 of h200-1024bwd: the partials cap alone (jaxnorm/_ops.py's _MAX_PARTIALS 512 -> 1184,
+# Python only): call 1's base build /tmp/m0, or on a fresh machine this tree (05cbbcd's sources)
+# built there, copied to /tmp/m2 with the one line changed, then two rounds a side against /tmp/m0
+# at the backward widths it reaches. Carrying .whl it also keeps QuACK's first wheel parts in /tmp.
 [ -d .whl ] && { mkdir -p /tmp/quack-whl; cp .whl/*.whl /tmp/quack-whl/; cp .whl/cu13.txz.part00 .whl/cu13.txz.nparts /tmp/; }
 [ -d /tmp/m0 ] || { t0=$(date +%s); JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/m0 . \
   > /tmp/build-m0.log 2>&1 || { tail -20 /tmp/build-m0.log; exit 1; }; echo "build $(( $(date +%s) - t0 )) s"; }
