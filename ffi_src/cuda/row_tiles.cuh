@@ -327,6 +327,7 @@ constexpr int bwd_min_ctas_per_sm() {
       return 2;
   }
   if (Op::kBudget.one_pack_rows && kPacks == 1) return 1024 / kBlock;  // tile_choice.h, one_pack_rows
+  if (Op::kColumnSums == 1 && Op::kBudget.warp_rows > 0 && kBlock == 256 && kPacks == 2) return 3;  // TEMP M3
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
 
