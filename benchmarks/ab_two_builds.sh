@@ -23,7 +23,10 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 R=$PWD L=/tmp/ablogs
-rm -rf $L /tmp/m0 /tmp/m1 /tmp/ab; mkdir -p $L  # a warm machine keeps them (pip --target would not replace)
+# A warm machine keeps the builds (pip --target would not replace them): REUSE_M0=1 keeps the
+# base's build where the previous call made it from the same abtree/.
+[ "${REUSE_M0:-0}" = 1 ] && [ -f /tmp/m0/jaxnorm/__init__.py ] || REUSE_M0=0
+rm -rf $L /tmp/m1 /tmp/m2 /tmp/ab; [ "$REUSE_M0" = 1 ] || rm -rf /tmp/m0; mkdir -p $L
 [ -n "${ROWS:-}" ] || : "${SET:?SET or ROWS: what to time}"
 echo "new $COMMIT, base $BASE, set ${SET:-rows: $ROWS}" | tee "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
@@ -32,7 +35,7 @@ t0=$(date +%s)
 build() { JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/$1 $2 > $L/build-$1.log 2>&1
   local rc=$?; echo "$1 build rc=$rc $(( $(date +%s) - t0 )) s"; return $rc; }
 SIDES="m0 m1"; [ -f abtree2/pyproject.toml ] && SIDES="m0 m1 m2"
-build m0 ./abtree & pid=$!
+if [ "$REUSE_M0" = 1 ]; then echo "m0 kept from the previous call"; (exit 0) & pid=$!; else build m0 ./abtree & pid=$!; fi
 [ "$SIDES" = "m0 m1" ] || { build m2 ./abtree2 & pid2=$!; }
 build m1 . || { tail -20 $L/build-m1.log; exit 1; }
 wait $pid || { tail -20 $L/build-m0.log; exit 1; }

@@ -75,7 +75,7 @@ constexpr TileBudget kHeldRowPersistent16Budget{4, 512, 8, 64, 512, false, 8, 25
 // at 16384): bf16 norm forward+backward +0-12% against XLA in the same call, RMSNorm 16384
 // 0.94 -> 1.00x, 131072 0.76 -> 0.84x (results/NOTES.md v8).
 constexpr TileBudget norm_backward_budget(int elem_bytes) {
-  return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, 512,
+  return {elem_bytes == 4 ? 4 : 2, 512, elem_bytes == 4 ? 8 : 4, 256, elem_bytes == 4 ? 512 : 1,
           elem_bytes == 2};
 }
 // The softmax backward holds y and dy: 32 registers at 4 packs (16-bit as loaded, float32 as
