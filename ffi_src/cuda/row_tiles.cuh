@@ -320,6 +320,13 @@ constexpr int bwd_held_registers() {
 // At most 128 registers a thread for CTAs up to 256 threads, so 512 threads fit per SM. A
 // 512-thread CTA without column partials holding 32 registers of row (16-bit 4-pack tiles as
 // loaded, float32 ones as floats) fits twice, where the op says its code does (Op::kFitsTwice).
+// The 256-thread tiles of 2 packs (rows of 1024-4096 16-bit columns) fit the op's
+// budget.bwd_256x2_ctas: 3 for the plain 16-bit RMSNorm backward, whose code ptxas fits in 80
+// registers without spills (92 at 2). Against 2 an SM (H200, three builds in one call,
+// results/h200-l2-prefetch): bf16 RMSNorm fwd+bwd 1.083x the speed at 131072 x 1024, 1.081x at
+// 2048, 1.068x at 4096, fp16 1.077x at 1024; 4096 x 1024 0.986x. 4 an SM (64 registers, 72 bytes
+// spilled) took it to 0.82-0.87x. LayerNorm's two column sums spill 108 bytes at 80 registers and
+// the residual-add ops 24-144 bytes: they keep 2.
 template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
   if constexpr (Op::kColumnSums == 0) {
@@ -327,7 +334,7 @@ constexpr int bwd_min_ctas_per_sm() {
       return 2;
   }
   if (Op::kBudget.one_pack_rows && kPacks == 1) return 1024 / kBlock;  // tile_choice.h, one_pack_rows
-  if (Op::kColumnSums == 1 && Op::kBudget.warp_rows > 0 && kBlock == 256 && kPacks == 2) return 3;  // TEMP M3
+  if (kBlock == 256 && kPacks == 2) return Op::kBudget.bwd_256x2_ctas;
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
 

@@ -32,6 +32,7 @@ struct TileBudget {
   int staged_clusters = 0;  // forward cluster tiles of these sizes (a mask) run staged (staged_fwd.cuh)
   bool one_pack_rows = false;  // one_pack_rows may give CTA-wide rows twice the threads of one pack
   int warp_rows = 0;  // warp_rows may give rows of up to this many packs a warp of 2 x block_packs
+  int bwd_256x2_ctas = 2;  // CTAs an SM of the backward's 256-thread tiles of 2 packs (row_tiles.cuh)
   bool wide_alone = false;  // rows of one wide tile (max_block x wide_packs) take it in one CTA
 };
 
@@ -85,6 +86,10 @@ constexpr TileBudget kSoftmaxBackwardBudget{4, 512, 8, 64, 512, false, 16};
 // A budget whose rows of up to `packs` packs may take a warp each (warp_rows).
 constexpr TileBudget with_warp_rows(TileBudget budget, int packs) {
   budget.warp_rows = packs;
+  return budget;
+}
+constexpr TileBudget with_bwd_256x2_ctas(TileBudget budget, int ctas) {
+  budget.bwd_256x2_ctas = ctas;
   return budget;
 }
 
