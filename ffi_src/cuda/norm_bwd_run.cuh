@@ -3,6 +3,8 @@
 // scale/bias gradient partials.
 #pragma once
 
+#include <cstdlib>
+
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -69,7 +71,8 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   // The 256-thread tiles of 2 packs in the default mode take the op with constant flags, which
   // fits 4 CTAs an SM (norm_ops.cuh, NormBwdOp::flags; row_tiles.cuh, bwd_min_ctas_per_sm).
   if constexpr (Op::kPlain16) {
-    if (op.is_default_rms() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
+    static const bool temp_off = std::getenv("JAXNORM_TEMP_NO_D4") != nullptr;  // TEMP A/B
+    if (!temp_off && op.is_default_rms() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
       auto plain = runner_of(op.default_rms());
       if (c.tpr == 64) return plain.template tile<64, 256, 2, 1>();
       if (c.tpr == 128) return plain.template tile<128, 256, 2, 1>();
