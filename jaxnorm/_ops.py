@@ -20,15 +20,12 @@ _MAX_PARTIALS = 512
 # forward+backward 1.035-1.04x at 128-256 columns, LayerNorm's 1.01x; at 768 RMSNorm's warp-row
 # tile lost (0.984x), from 2048 on level (H200, results/h200-1024bwd).
 _MAX_PARTIALS_NARROW, _NARROW_COLS = 1184, 512
-# Rows of 513-4096 columns: the 16-bit RMSNorm backward's 256-thread tiles of 2 packs run 4 CTAs an
-# SM (528 on 132 SMs), so 592 (4 on up to 148 SMs).
-_MAX_PARTIALS_MID, _MID_COLS = 592, 4096
 
 
 def partial_rows(rows_per_group: int, cols: int, groups: int) -> int:
     """How many partial rows the backward may write per group (the CUDA kernels use at most this
     many workers per group, then reduce the partials in a fixed order)."""
-    cap = _MAX_PARTIALS_NARROW if cols <= _NARROW_COLS else _MAX_PARTIALS_MID if cols <= _MID_COLS else _MAX_PARTIALS
+    cap = _MAX_PARTIALS_NARROW if cols <= _NARROW_COLS else _MAX_PARTIALS
     budget = max(1, min(cap, _PARTIAL_BUDGET // max(cols, 1)))
     return max(1, min(rows_per_group, budget // max(groups, 1)))
 

@@ -3,8 +3,6 @@
 // scale/bias gradient partials.
 #pragma once
 
-#include <cstdlib>
-
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -56,30 +54,16 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   // mode share the op and were not measured).
   if (!op.f.centered && !op.f.memory_efficient)
     c = warp_rows(c, s.cols, kVecOf<typename Op::Type>, s.rows, device_facts().sms, Op::kBudget);
-  const auto runner_of = [&](const auto& o) {
-    return BwdRunner<std::decay_t<decltype(o)>>{o,
-                                                s.rows / groups,
-                                                groups,
-                                                s.cols,
-                                                static_cast<float*>(workspace->untyped_data()),
-                                                wd[1],
-                                                static_cast<float*>(dscale->untyped_data()),
-                                                static_cast<float*>(dbias->untyped_data()),
-                                                stream,
-                                                what};
-  };
-  // The 256-thread tiles of 2 packs in the default mode take the op with constant flags, which
-  // fits 4 CTAs an SM (norm_ops.cuh, NormBwdOp::flags; row_tiles.cuh, bwd_min_ctas_per_sm).
-  if constexpr (Op::kPlain16) {
-    static const bool temp_off = std::getenv("JAXNORM_TEMP_NO_D4") != nullptr;  // TEMP A/B
-    if (!temp_off && op.is_default_rms() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
-      auto plain = runner_of(op.default_rms());
-      if (c.tpr == 64) return plain.template tile<64, 256, 2, 1>();
-      if (c.tpr == 128) return plain.template tile<128, 256, 2, 1>();
-      if (c.tpr == 256) return plain.template tile<256, 256, 2, 1>();
-    }
-  }
-  auto runner = runner_of(op);
+  BwdRunner<Op> runner{op,
+                       s.rows / groups,
+                       groups,
+                       s.cols,
+                       static_cast<float*>(workspace->untyped_data()),
+                       wd[1],
+                       static_cast<float*>(dscale->untyped_data()),
+                       static_cast<float*>(dbias->untyped_data()),
+                       stream,
+                       what};
   return run_choice<Op>(c, runner);
 }
 

@@ -352,9 +352,8 @@ struct StorePlusDh {
 // T: dy's dtype (y's, x's). A: the dtype of the row the backward reads (x, the residual sum h,
 // or y in memory-efficient mode). Dx: the store policy above. kBiasGrad: whether the bias
 // gradient is summed beside the scale's (without a bias, RMSNorm's usual form, the partials and
-// their shared-memory traffic are half as many). kDefaultRms: the op of the plain 16-bit RMSNorm
-// backward in its default mode (a scale, x read back), its flags constants (default_rms()).
-template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true, bool kDefaultRms = false>
+// their shared-memory traffic are half as many).
+template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true>
 struct NormBwdOp {
   using Type = T;
   using RowType = A;
@@ -367,12 +366,11 @@ struct NormBwdOp {
   // (row_tiles.cuh, bwd_min_ctas_per_sm).
   static constexpr bool kPlain16 =
       sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value && !kBiasGrad;
-  static_assert(kPlain16 || !kDefaultRms, "the default-mode op is the plain 16-bit RMSNorm backward's");
   static constexpr TileBudget kBudget = with_bwd_256x2_ctas(
       with_warp_rows(with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                                         Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
                      kPlain16 ? 112 : 0),
-      kDefaultRms ? 4 : kPlain16 ? 3 : 2);
+      kPlain16 ? 3 : 2);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
@@ -388,17 +386,6 @@ struct NormBwdOp {
 
   template <int N>
   using Early = typename Dx::template Early<N>;
-
-  // The flags the device code reads: constants for the default-mode op, so its kernels hold
-  // neither the centred nor the recovery path (80 -> 64 registers in the 256x2 tile).
-  __host__ __device__ NormFlags flags() const {
-    if constexpr (kDefaultRms) return {false, true, false, false};
-    return f;
-  }
-  bool is_default_rms() const { return !f.centered && f.has_scale && !f.memory_efficient; }
-  NormBwdOp<T, A, Dx, kBiasGrad, true> default_rms() const {
-    return {xin, dy, mean, rstd, gamma, beta, dx, cols, inv_cols, eps, f};
-  }
 
   struct RowIn {
     float mean, rstd;
@@ -423,7 +410,6 @@ struct NormBwdOp {
 
   __device__ RowIn row_in(int64_t row, bool ok) const {
     if (!ok) return {0.f, 0.f};
-    const NormFlags f = flags();
     return {f.centered && !f.memory_efficient ? mean[row] : 0.f, rstd[row]};
   }
 
@@ -450,7 +436,7 @@ struct NormBwdOp {
   // The scale's values at col.
   template <int N>
   __device__ void scale_at(int64_t col, float (&g)[N]) const {
-    load_param<N>(gamma, flags().has_scale, 1.f, col, g);
+    load_param<N>(gamma, f.has_scale, 1.f, col, g);
   }
 
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
@@ -465,7 +451,6 @@ struct NormBwdOp {
   template <int N>
   __device__ void terms_scaled(RowIn in, int64_t col, float (&a)[N], const float (&d)[N], const float (&g)[N],
                                Sum2& s) const {
-    const NormFlags f = flags();
     float b[N];
     load_param<N>(beta, f.has_bias && f.memory_efficient, 0.f, col, b);  // only recovery from y uses the bias
 #pragma unroll
@@ -494,7 +479,7 @@ struct NormBwdOp {
     float out[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      out[i] = norm_dx(d[i] * g[i], xhat[i], r.rstd, r.c1, r.c2, flags().centered);
+      out[i] = norm_dx(d[i] * g[i], xhat[i], r.rstd, r.c1, r.c2, f.centered);
       dg[i] += d[i] * xhat[i];
       db[i] += d[i];
     }

@@ -324,9 +324,11 @@ constexpr int bwd_held_registers() {
 // budget.bwd_256x2_ctas: 3 for the plain 16-bit RMSNorm backward, whose code ptxas fits in 80
 // registers without spills (92 at 2). Against 2 an SM (H200, three builds in one call,
 // results/h200-l2-prefetch): bf16 RMSNorm fwd+bwd 1.083x the speed at 131072 x 1024, 1.081x at
-// 2048, 1.068x at 4096, fp16 1.077x at 1024; 4096 x 1024 0.986x. 4 an SM (64 registers, 72 bytes
-// spilled) took it to 0.82-0.87x. LayerNorm's two column sums spill 108 bytes at 80 registers and
-// the residual-add ops 24-144 bytes: they keep 2.
+// 2048, 1.068x at 4096, fp16 1.077x at 1024; 4096 x 1024 0.986x. 4 an SM lost: with 72 bytes
+// spilled at 64 registers 0.81-0.87x; with the default mode's flags as constants (64 registers,
+// no spills; results/next-rows/d4-default-rms-4ctas.patch) 0.95-0.97x against 3 an SM at
+// 2^27 elements, so the warps past 24 an SM cost more than they hide. LayerNorm's two column sums
+// spill 108 bytes at 80 registers and the residual-add ops 24-144 bytes: they keep 2.
 template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
   if constexpr (Op::kColumnSums == 0) {

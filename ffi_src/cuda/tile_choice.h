@@ -69,7 +69,9 @@ constexpr TileBudget kHeldRowPersistent16Budget{4, 512, 8, 64, 512, false, 8, 25
 // CTAs, 12% occupancy (results/h100.md). Reading two arrays at 25% occupancy, the 16-bit
 // backward gained from the L2 prefetch at every width (bf16 LayerNorm fwd+bwd at 4096: 89 -> 94%
 // of copy, at 256: 90 -> 98%); float32 tiles, with twice the bytes in flight per thread, lost
-// 4-14 points with it below 512-thread rows (results/NOTES.md v6).
+// 4-14 points with it below 512-thread rows (results/NOTES.md v6). On the H200 the 16-bit
+// backward without it below 512-thread rows took bf16 RMSNorm fwd+bwd to 0.90-0.93x the speed at
+// 1024-4096 columns, LayerNorm 0.92-0.98x at 256-4096 (results/h200-l2-prefetch, call 1).
 // The wide norm backward tile (32 elements a thread; clusters of 16 hold 262144 columns) keeps the
 // column partials in shared memory instead (row_tiles.cuh).
 // 16-bit rows of 16K-131K columns take that wide tile too, in half as many CTAs per row (one CTA
