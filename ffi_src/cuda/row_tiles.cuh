@@ -328,7 +328,9 @@ constexpr int bwd_held_registers() {
 // spilled at 64 registers 0.81-0.87x; with the default mode's flags as constants (64 registers,
 // no spills; results/next-rows/d4-default-rms-4ctas.patch) 0.95-0.97x against 3 an SM at
 // 2^27 elements, so the warps past 24 an SM cost more than they hide. LayerNorm's two column sums
-// spill 108 bytes at 80 registers and the residual-add ops 24-144 bytes: they keep 2.
+// spill 108 bytes at 80 registers and the residual-add ops 24-144 bytes: they keep 2. The
+// RMSNorm op's kernel also serves its memory-efficient mode and LayerNorm without a bias (runtime
+// flags, the same code), which run 3 an SM untimed.
 template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
   if constexpr (Op::kColumnSums == 0) {
