@@ -3,6 +3,8 @@
 // scale/bias gradient partials.
 #pragma once
 
+#include <cstdlib>
+
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -54,16 +56,29 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   // mode share the op and were not measured).
   if (!op.f.centered && !op.f.memory_efficient)
     c = warp_rows(c, s.cols, kVecOf<typename Op::Type>, s.rows, device_facts().sms, Op::kBudget);
-  BwdRunner<Op> runner{op,
-                       s.rows / groups,
-                       groups,
-                       s.cols,
-                       static_cast<float*>(workspace->untyped_data()),
-                       wd[1],
-                       static_cast<float*>(dscale->untyped_data()),
-                       static_cast<float*>(dbias->untyped_data()),
-                       stream,
-                       what};
+  const auto runner_of = [&](const auto& o) {
+    return BwdRunner<std::decay_t<decltype(o)>>{o,
+                                                s.rows / groups,
+                                                groups,
+                                                s.cols,
+                                                static_cast<float*>(workspace->untyped_data()),
+                                                wd[1],
+                                                static_cast<float*>(dscale->untyped_data()),
+                                                static_cast<float*>(dbias->untyped_data()),
+                                                stream,
+                                                what};
+  };
+  // The 256-thread tiles of 2 packs in the default mode take the fixed-flag op (norm_ops.cuh).
+  if constexpr (Op::kFixable) {
+    static const bool temp_off = std::getenv("JAXNORM_TEMP_NO_FIXED") != nullptr;  // TEMP A/B
+    if (!temp_off && op.in_default_mode() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
+      auto fixed = runner_of(op.fixed());
+      if (c.tpr == 64) return fixed.template tile<64, 256, 2, 1>();
+      if (c.tpr == 128) return fixed.template tile<128, 256, 2, 1>();
+      if (c.tpr == 256) return fixed.template tile<256, 256, 2, 1>();
+    }
+  }
+  auto runner = runner_of(op);
   return run_choice<Op>(c, runner);
 }
 

@@ -352,8 +352,9 @@ struct StorePlusDh {
 // T: dy's dtype (y's, x's). A: the dtype of the row the backward reads (x, the residual sum h,
 // or y in memory-efficient mode). Dx: the store policy above. kBiasGrad: whether the bias
 // gradient is summed beside the scale's (without a bias, RMSNorm's usual form, the partials and
-// their shared-memory traffic are half as many).
-template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true>
+// their shared-memory traffic are half as many). kFixed: the 16-bit norms' op in the default mode
+// (LayerNorm with scale and bias, RMSNorm with a scale, x read back) with its flags as constants.
+template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true, bool kFixed = false>
 struct NormBwdOp {
   using Type = T;
   using RowType = A;
@@ -364,13 +365,16 @@ struct NormBwdOp {
   // The plain 16-bit RMSNorm backward's rows of 520-896 columns may take a warp of 4 packs
   // (tile_choice.h, warp_rows; norm_bwd_run.cuh), and its 256-thread CTAs of 2 packs fit 3 an SM
   // (row_tiles.cuh, bwd_min_ctas_per_sm).
-  static constexpr bool kPlain16 =
-      sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value && !kBiasGrad;
+  // The fixed-flag op's 256x2 tiles fit 3 an SM too, LayerNorm's included (80 registers, no
+  // spills, where its runtime flags took 107).
+  static constexpr bool kFixable = sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value;
+  static constexpr bool kPlain16 = kFixable && !kBiasGrad;
+  static_assert(kFixable || !kFixed, "only the 16-bit norms' plain backward has a fixed-flag op");
   static constexpr TileBudget kBudget = with_bwd_256x2_ctas(
       with_warp_rows(with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                                         Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
                      kPlain16 ? 112 : 0),
-      kPlain16 ? 3 : 2);
+      kPlain16 || kFixed ? 3 : 2);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
@@ -386,6 +390,24 @@ struct NormBwdOp {
 
   template <int N>
   using Early = typename Dx::template Early<N>;
+
+  // The default mode's flags; the device code reads flags(), constants in the fixed-flag op, so
+  // its kernels hold neither the other kind's path nor the recovery from y.
+  __host__ __device__ static constexpr NormFlags default_flags() {
+    return kBiasGrad ? NormFlags{true, true, true, false} : NormFlags{false, true, false, false};
+  }
+  __host__ __device__ NormFlags flags() const {
+    if constexpr (kFixed) return default_flags();
+    return f;
+  }
+  bool in_default_mode() const {
+    const NormFlags d = default_flags();
+    return f.centered == d.centered && f.has_scale == d.has_scale && f.has_bias == d.has_bias &&
+           f.memory_efficient == d.memory_efficient;
+  }
+  NormBwdOp<T, A, Dx, kBiasGrad, true> fixed() const {
+    return {xin, dy, mean, rstd, gamma, beta, dx, cols, inv_cols, eps, f};
+  }
 
   struct RowIn {
     float mean, rstd;
@@ -410,6 +432,7 @@ struct NormBwdOp {
 
   __device__ RowIn row_in(int64_t row, bool ok) const {
     if (!ok) return {0.f, 0.f};
+    const NormFlags f = flags();
     return {f.centered && !f.memory_efficient ? mean[row] : 0.f, rstd[row]};
   }
 
@@ -436,7 +459,7 @@ struct NormBwdOp {
   // The scale's values at col.
   template <int N>
   __device__ void scale_at(int64_t col, float (&g)[N]) const {
-    load_param<N>(gamma, f.has_scale, 1.f, col, g);
+    load_param<N>(gamma, flags().has_scale, 1.f, col, g);
   }
 
   // Row sums of g = dy * gamma and g * x_hat; a becomes x_hat, which emit() takes.
@@ -451,6 +474,7 @@ struct NormBwdOp {
   template <int N>
   __device__ void terms_scaled(RowIn in, int64_t col, float (&a)[N], const float (&d)[N], const float (&g)[N],
                                Sum2& s) const {
+    const NormFlags f = flags();
     float b[N];
     load_param<N>(beta, f.has_bias && f.memory_efficient, 0.f, col, b);  // only recovery from y uses the bias
 #pragma unroll
@@ -479,7 +503,7 @@ struct NormBwdOp {
     float out[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      out[i] = norm_dx(d[i] * g[i], xhat[i], r.rstd, r.c1, r.c2, f.centered);
+      out[i] = norm_dx(d[i] * g[i], xhat[i], r.rstd, r.c1, r.c2, flags().centered);
       dg[i] += d[i] * xhat[i];
       db[i] += d[i];
     }
