@@ -7,8 +7,8 @@
 # runs benchmarks/ab_norm_bwd.py as new1 (no switch), old1 (OLD set), new2, old2, and prints the
 # comparison ($OUT/ab-summary.txt). NEW: a switch for the new side instead (the old side unset).
 # With ROWS="WIDTHS DTYPES OPS" (as ab_two_builds.sh's) it times benchmarks/ab_rows.py's shapes
-# instead. TESTS: the test files (default the row families'), TEST_TIMEOUT (170 s; 0: none run),
-# AB_UNTIL: the second past which no further run starts (500).
+# instead, and ROWS2, ROWS3 further sets in each run. TESTS: the test files (default the row
+# families'), TEST_TIMEOUT (170 s; 0: none run), AB_UNTIL: the second past which no further run starts (500).
 source "$(dirname "$0")/gpu_setup.sh"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLOCATE=false
 if [ "${TEST_TIMEOUT:-170}" != 0 ]; then
@@ -19,7 +19,9 @@ fi
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.8
 run() { local lab=$1; shift; [ $SECONDS -gt ${AB_UNTIL:-500} ] && { echo "skip $lab"; return; }
   if [ -n "${ROWS:-}" ]; then
-    env "$@" OUT=/tmp/ab timeout 100 python3 benchmarks/ab_rows.py $lab $ROWS 2>&1 | grep -v Warn >> $OUT/ab.log
+    for set in "$ROWS" ${ROWS2:+"$ROWS2"} ${ROWS3:+"$ROWS3"}; do
+      env "$@" OUT=/tmp/ab timeout 100 python3 benchmarks/ab_rows.py $lab $set 2>&1 | grep -v Warn >> $OUT/ab.log
+    done
   else
     env "$@" timeout 100 python3 benchmarks/ab_norm_bwd.py $lab /tmp/ab ${SET:-addnorm} 2>&1 | grep -v Warn >> $OUT/ab.log
   fi; }

@@ -60,7 +60,8 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // spread as the norms' are (spread_small_launch): same-call A/B at c36394d, 0.52-1.00x the time
   // at 1-64 rows x 2048-32768 (1-8 rows x 32768 bf16 0.52-0.60x; results/h100-rows.md, v22).
   // 16-bit rows exchange by st.async (row_reduce.cuh).
-  static constexpr TileBudget kBudget = with_async_exchange(with_small_spread(kHeldRowForwardBudget), sizeof(T) == 2);
+  static constexpr TileBudget kBudget = with_cluster_cta_alone(
+      with_wide_alone(with_async_exchange(with_small_spread(kHeldRowForwardBudget), sizeof(T) == 2), true), true);
   static constexpr bool kCanHoldRaw = true;
   static constexpr int kRawMinPacks = 8;  // below, thread_stats() leaves each exp for store()
   using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;

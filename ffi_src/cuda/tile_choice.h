@@ -34,6 +34,7 @@ struct TileBudget {
   int warp_rows = 0;  // warp_rows may give rows of up to this many packs a warp of 2 x block_packs
   int bwd_256x2_ctas = 2;  // CTAs an SM of the backward's 256-thread tiles of 2 packs (row_tiles.cuh)
   bool wide_alone = false;  // rows of one wide tile (max_block x wide_packs) take it in one CTA
+  bool cluster_cta_alone = false;  // rows of one cluster CTA's packs take that CTA, not max_block x block_packs
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -137,6 +138,12 @@ constexpr TileBudget with_wide_first(TileBudget budget, bool on) {
 // norms at 32768 (norm_ops.cuh, norm_fwd_budget, says what each gained).
 constexpr TileBudget with_wide_alone(TileBudget budget, bool on) {
   budget.wide_alone = on;
+  return budget;
+}
+// A budget whose rows of (max_block / 2 x block_packs, cluster_block x cluster_packs] packs take
+// one CTA of the cluster tiles' shape, not max_block threads of block_packs.
+constexpr TileBudget with_cluster_cta_alone(TileBudget budget, bool on) {
+  budget.cluster_cta_alone = on;
   return budget;
 }
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
@@ -249,6 +256,11 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
       c.tpr = tpr, c.block = 128, c.packs = p, c.cluster = 1;
       return c;
     }
+    if (budget.cluster_cta_alone && packs > static_cast<int64_t>(max_block / 2) * block_packs &&
+        packs <= static_cast<int64_t>(budget.cluster_block) * budget.cluster_packs) {
+      c.tpr = c.block = budget.cluster_block, c.packs = budget.cluster_packs, c.cluster = 1;
+      return c;
+    }
     for (int b = 64; b <= max_block; b *= 2) {
       if (packs <= static_cast<int64_t>(b) * block_packs) {
         c.tpr = b, c.block = cta_threads(b, budget), c.packs = block_packs, c.cluster = 1;
@@ -297,7 +309,7 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 constexpr int kWideTileRowsPerSm = 16;
 inline TileChoice fwd_launch_tile(int64_t cols, int64_t rows, int vec, bool vectorizable, bool clusters, int sms,
                                   TileBudget budget) {
-  if (rows < int64_t{kWideTileRowsPerSm} * sms) budget.wide_alone = budget.wide_first = false;
+  if (rows < int64_t{kWideTileRowsPerSm} * sms) budget.wide_alone = budget.wide_first = budget.cluster_cta_alone = false;
   return spread_small_launch(choose_tile(cols, vec, vectorizable, clusters, budget), rows, sms, budget, clusters);
 }
 
@@ -314,6 +326,9 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
+  if (kCluster == 1 && budget.cluster_cta_alone && kTPR == budget.cluster_block && kBlock == kTPR &&
+      kPacks == budget.cluster_packs)
+    return true;
   if (kCluster == 1)
     return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && (budget.wide_first || budget.wide_alone));
   if (budget.cluster_block > 0 && kTPR == budget.cluster_block && kBlock == kTPR && kPacks == budget.cluster_packs &&
@@ -338,6 +353,6 @@ constexpr bool tile_possible(TileBudget budget) {
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
   X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)        \
-  X(512, 512, 8, 1) X(512, 512, 8, 2) X(512, 512, 8, 4) X(512, 512, 8, 8)
+  X(512, 512, 8, 1) X(512, 512, 8, 2) X(512, 512, 8, 4) X(512, 512, 8, 8) X(256, 256, 8, 1)
 
 }  // namespace jaxnorm
