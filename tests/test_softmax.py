@@ -67,6 +67,28 @@ def test_mask_on_cluster_rows(op, dtype, cols, rng):
     np.testing.assert_array_equal(as_f64(dx)[3], 0.0)
 
 
+# Launches of at least 16 rows an SM (2112 on 132 SMs, 2368 on 148) of 1025-2048 packs take one
+# 256-thread CTA of 8 packs a row, the row held as loaded (tile_choice.h, with_cluster_cta_alone):
+# 16-bit 12288 and 16384 columns, 9000 (the last warp's packs partly past the row), float32 6000;
+# one masked, with a row masked but for its last element.
+@op_params(SOFTMAXES)
+@pytest.mark.parametrize("shape,dtype", [((2400, 12288), "bfloat16"), ((2400, 16384), "float16"),
+                                         ((2400, 9000), "bfloat16"), ((2400, 6000), "float32")], ids=str)
+@pytest.mark.wide
+def test_many_rows_cta_alone(op, shape, dtype, rng):
+    check_op(op, rng, shape, DTYPES[dtype])
+
+
+@op_params(SOFTMAXES)
+@pytest.mark.wide
+def test_mask_many_rows_cta_alone(op, rng):
+    x = make_x(op, rng, (2400, 9000), DTYPES["bfloat16"])
+    where = rng.random(x.shape) < 0.7
+    where[7] = False
+    where[7, -1] = True
+    check_masked(op, rng, x, jnp.asarray(where))
+
+
 @op_params(SOFTMAXES)
 @pytest.mark.parametrize("shape", [(COLS,), (ROWS, 1), (1, COLS)], ids=str)
 def test_broadcast_mask(op, shape, rng):

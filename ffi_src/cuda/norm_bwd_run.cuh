@@ -3,8 +3,6 @@
 // scale/bias gradient partials.
 #pragma once
 
-#include <cstdlib>
-
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -68,10 +66,10 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
                                                 stream,
                                                 what};
   };
-  // The 256-thread tiles of 2 packs in the default mode take the fixed-flag op (norm_ops.cuh).
+  // The 256-thread tiles of 2 packs in the default mode take the fixed-flag op (norm_ops.cuh says
+  // what it gained); the other modes keep the op with runtime flags, two CTAs an SM for LayerNorm.
   if constexpr (Op::kFixable) {
-    static const bool temp_off = std::getenv("JAXNORM_TEMP_NO_FIXED") != nullptr;  // TEMP A/B
-    if (!temp_off && op.in_default_mode() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
+    if (op.in_default_mode() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
       auto fixed = runner_of(op.fixed());
       if (c.tpr == 64) return fixed.template tile<64, 256, 2, 1>();
       if (c.tpr == 128) return fixed.template tile<128, 256, 2, 1>();

@@ -366,7 +366,7 @@ struct NormBwdOp {
   // (tile_choice.h, warp_rows; norm_bwd_run.cuh), and its 256-thread CTAs of 2 packs fit 3 an SM
   // (row_tiles.cuh, bwd_min_ctas_per_sm).
   // The fixed-flag op's 256x2 tiles fit 3 an SM too, LayerNorm's included (80 registers, no
-  // spills, where its runtime flags took 107).
+  // spills, where its runtime flags took 107; row_tiles.cuh says what it gained).
   static constexpr bool kFixable = sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value;
   static constexpr bool kPlain16 = kFixable && !kBiasGrad;
   static_assert(kFixable || !kFixed, "only the 16-bit norms' plain backward has a fixed-flag op");

@@ -327,10 +327,13 @@ constexpr int bwd_held_registers() {
 // 2048, 1.068x at 4096, fp16 1.077x at 1024; 4096 x 1024 0.986x. 4 an SM lost: with 72 bytes
 // spilled at 64 registers 0.81-0.87x; with the default mode's flags as constants (64 registers,
 // no spills; results/next-rows/d4-default-rms-4ctas.patch) 0.95-0.97x against 3 an SM at
-// 2^27 elements, so the warps past 24 an SM cost more than they hide. LayerNorm's two column sums
-// spill 108 bytes at 80 registers and the residual-add ops 24-144 bytes: they keep 2. The
-// RMSNorm op's kernel also serves its memory-efficient mode and LayerNorm without a bias (runtime
-// flags, the same code), which run 3 an SM untimed.
+// 2^27 elements, so the warps past 24 an SM cost more than they hide. LayerNorm's op with runtime
+// flags spills 108 bytes at 80 registers; in the default mode (scale and bias) it takes the
+// fixed-flag op (norm_ops.cuh), 80 registers without spills, 3 an SM too: bf16 LayerNorm fwd+bwd
+// 1.13x at 131072 x 1024, 1.12x at 2048, 1.10x at 4096 (4.01 TB/s at 1024, 94% of the copy), fp16
+// 1.09-1.12x, and RMSNorm's fixed op (72 registers) 1.01-1.02x (results/h200-fixed-flags). The
+// residual-add ops spill 24-144 bytes: they keep 2. The RMSNorm op's kernel with runtime flags
+// serves its memory-efficient mode and LayerNorm without a bias, which run 3 an SM untimed.
 template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
   if constexpr (Op::kColumnSums == 0) {

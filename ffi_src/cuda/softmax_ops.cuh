@@ -59,9 +59,14 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // floats in 512-thread tiles of 4 packs (results/h100-rows.md, v11). Launches of few rows are
   // spread as the norms' are (spread_small_launch): same-call A/B at c36394d, 0.52-1.00x the time
   // at 1-64 rows x 2048-32768 (1-8 rows x 32768 bf16 0.52-0.60x; results/h100-rows.md, v22).
-  // 16-bit rows exchange by st.async (row_reduce.cuh).
-  static constexpr TileBudget kBudget = with_cluster_cta_alone(
-      with_wide_alone(with_async_exchange(with_small_spread(kHeldRowForwardBudget), sizeof(T) == 2), true), true);
+  // 16-bit rows exchange by st.async (row_reduce.cuh). Rows of 1025-2048 packs (8193-16384
+  // 16-bit columns, 4097-8192 float32) in many-row launches take one 256-thread CTA of 8 packs, four
+  // an SM, not 512 threads of 4 at two (with_cluster_cta_alone): H200, one build, a launch switch
+  // (results/h200-fixed-flags): bf16 softmax 1.155x the speed at 12288 columns, 1.014-1.025x at
+  // 16384, float32 1.12x at 6144, level at 8192. The 512 x 8 tile in one CTA at 16385-32768
+  // (with_wide_alone, as the norms take it) lost: 0.99x at 24576-32768, float32 0.995x at 16384.
+  static constexpr TileBudget kBudget =
+      with_cluster_cta_alone(with_async_exchange(with_small_spread(kHeldRowForwardBudget), sizeof(T) == 2), true);
   static constexpr bool kCanHoldRaw = true;
   static constexpr int kRawMinPacks = 8;  // below, thread_stats() leaves each exp for store()
   using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;

@@ -141,7 +141,9 @@ constexpr TileBudget with_wide_alone(TileBudget budget, bool on) {
   return budget;
 }
 // A budget whose rows of (max_block / 2 x block_packs, cluster_block x cluster_packs] packs take
-// one CTA of the cluster tiles' shape, not max_block threads of block_packs.
+// one CTA of the cluster tiles' shape, not max_block threads of block_packs: the softmax forward's
+// 256 x 8, four CTAs an SM where 512 x 4 ran two (softmax_ops.cuh says what it gained). Below 16
+// rows an SM (fwd_launch_tile) the 512 x 4 tile stays, so that few rows still spread.
 constexpr TileBudget with_cluster_cta_alone(TileBudget budget, bool on) {
   budget.cluster_cta_alone = on;
   return budget;
