@@ -311,7 +311,8 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
 constexpr int kWideTileRowsPerSm = 16;
 inline TileChoice fwd_launch_tile(int64_t cols, int64_t rows, int vec, bool vectorizable, bool clusters, int sms,
                                   TileBudget budget) {
-  if (rows < int64_t{kWideTileRowsPerSm} * sms) budget.wide_alone = budget.wide_first = budget.cluster_cta_alone = false;
+  if (rows < int64_t{kWideTileRowsPerSm} * sms)
+    budget.wide_alone = budget.wide_first = budget.cluster_cta_alone = false;
   return spread_small_launch(choose_tile(cols, vec, vectorizable, clusters, budget), rows, sms, budget, clusters);
 }
 
