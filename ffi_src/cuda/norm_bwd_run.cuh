@@ -68,6 +68,7 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   };
   // The 256-thread tiles of 2 packs in the default mode take the fixed-flag op (norm_ops.cuh says
   // what it gained); the other modes keep the op with runtime flags, two CTAs an SM for LayerNorm.
+  // Its three tiles are named here, not reached through run_choice, so that only they compile.
   if constexpr (Op::kFixable) {
     if (op.in_default_mode() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
       auto fixed = runner_of(op.fixed());
