@@ -48,7 +48,8 @@ constexpr TileBudget norm_fwd_budget() {
     return with_staged_clusters(with_small_spread(kCentered ? with_wide_first(b, true) : with_wide_alone(b, true)),
                                 kAllClusters);
   } else if constexpr (kCentered) {
-    return with_async_exchange(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)));
+    return with_cluster_cta_alone(with_async_exchange(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true))),
+                                  true);
   } else {
     return with_staged_clusters(
         with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), kAllClusters);
