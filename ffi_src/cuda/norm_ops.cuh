@@ -40,6 +40,9 @@ __device__ __forceinline__ void load_param(const float* p, bool present, float a
 // 1.04x and 1.13x (results/h200-wide16). Float32 LayerNorm takes 512 x 8 tiles from 8193 columns
 // on (wide_first: one CTA, then clusters of 2-8, staged): 1.04x at 16384, 1.02x at 32768, level
 // at 65536-131072; float32 RMSNorm's clusters of them lost (0.99x at 32768; results/h200-wide16).
+// 16-bit LayerNorm's rows of 8193-16384 columns take one 256 x 8 CTA, three an SM, where 512 x 4
+// ran two (with_cluster_cta_alone, as softmax): bf16 1.06x at 16384, 1.18x at 12288, 1.34x at 9000
+// (fp16 1.06x, 1.20x, 1.37x), level at 8192; fwd+bwd 1.02-1.13x (H200, results/h200-ln-cta-alone).
 template <class T, bool kCentered>
 constexpr TileBudget norm_fwd_budget() {
   constexpr int kAllClusters = 2 | 4 | 8 | 16;

@@ -2,9 +2,6 @@
 // workers (CTAs, or clusters) as are resident at once, each striding over rows (persistent).
 #pragma once
 
-#include <cstdlib>
-#include <type_traits>
-
 #include <algorithm>
 
 #include "cuda/launch.cuh"
@@ -90,10 +87,7 @@ struct FwdRunner {
 template <class Op>
 ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
   const DeviceFacts& d = device_facts();
-  TileBudget budget = Op::kBudget;
-  static const bool temp_no_alone = std::getenv("JAXNORM_TEMP_NO_ALONE") != nullptr;  // TEMP A/B
-  if (temp_no_alone && std::is_same<typename Op::Stats, Welford>::value) budget.cluster_cta_alone = false;
-  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, budget);
+  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
   FwdRunner<Op> runner{op, rows, cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);
