@@ -258,9 +258,11 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
       c.tpr = tpr, c.block = 128, c.packs = p, c.cluster = 1;
       return c;
     }
-    if (budget.cluster_cta_alone && packs > static_cast<int64_t>(max_block / 2) * block_packs &&
+    if (budget.cluster_cta_alone && packs > static_cast<int64_t>(max_block / 4) * block_packs &&
         packs <= static_cast<int64_t>(budget.cluster_block) * budget.cluster_packs) {
-      c.tpr = c.block = budget.cluster_block, c.packs = budget.cluster_packs, c.cluster = 1;
+      const bool half = packs <= static_cast<int64_t>(budget.cluster_block / 2) * budget.cluster_packs;
+      c.tpr = c.block = half ? budget.cluster_block / 2 : budget.cluster_block, c.packs = budget.cluster_packs;
+      c.cluster = 1;
       return c;
     }
     for (int b = 64; b <= max_block; b *= 2) {
@@ -329,8 +331,8 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
-  if (kCluster == 1 && budget.cluster_cta_alone && kTPR == budget.cluster_block && kBlock == kTPR &&
-      kPacks == budget.cluster_packs)
+  if (kCluster == 1 && budget.cluster_cta_alone && (kTPR == budget.cluster_block || 2 * kTPR == budget.cluster_block) &&
+      kBlock == kTPR && kPacks == budget.cluster_packs)
     return true;
   if (kCluster == 1)
     return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && (budget.wide_first || budget.wide_alone));
@@ -356,6 +358,6 @@ constexpr bool tile_possible(TileBudget budget) {
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
   X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)        \
-  X(512, 512, 8, 1) X(512, 512, 8, 2) X(512, 512, 8, 4) X(512, 512, 8, 8) X(256, 256, 8, 1)
+  X(512, 512, 8, 1) X(512, 512, 8, 2) X(512, 512, 8, 4) X(512, 512, 8, 8) X(256, 256, 8, 1) X(128, 128, 8, 1)
 
 }  // namespace jaxnorm
