@@ -2,8 +2,6 @@
 // workers (CTAs, or clusters) as are resident at once, each striding over rows (persistent).
 #pragma once
 
-#include <cstdlib>
-
 #include <algorithm>
 
 #include "cuda/launch.cuh"
@@ -89,9 +87,7 @@ struct FwdRunner {
 template <class Op>
 ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
   const DeviceFacts& d = device_facts();
-  TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
-  static const bool temp_no_half = std::getenv("JAXNORM_TEMP_NO_HALF") != nullptr;  // TEMP A/B
-  if (temp_no_half && c.loop_tpr == 0 && c.cluster == 1 && c.tpr == 128 && c.packs == 8) c.tpr = c.block = 256, c.packs = 4;
+  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
   FwdRunner<Op> runner{op, rows, cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);

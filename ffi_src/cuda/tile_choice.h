@@ -35,6 +35,7 @@ struct TileBudget {
   int bwd_256x2_ctas = 2;  // CTAs an SM of the backward's 256-thread tiles of 2 packs (row_tiles.cuh)
   bool wide_alone = false;  // rows of one wide tile (max_block x wide_packs) take it in one CTA
   bool cluster_cta_alone = false;  // rows of one cluster CTA's packs take that CTA, not max_block x block_packs
+  int half_cta_packs = 0;  // with it, rows of up to this many packs take half that CTA's threads
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -148,6 +149,14 @@ constexpr TileBudget with_cluster_cta_alone(TileBudget budget, bool on) {
   budget.cluster_cta_alone = on;
   return budget;
 }
+// With cluster_cta_alone, rows of (max_block / 4 x block_packs, packs] packs take one CTA of half
+// the cluster tiles' threads, as many packs each (128 x 8 where 256 x 4 ran): twice the CTAs an SM
+// at the same registers (row_tiles.cuh, min_ctas_per_sm), 7-8 rows in flight an SM, not 3
+// (norm_ops.cuh and softmax_ops.cuh say what it gained).
+constexpr TileBudget with_half_cta_alone(TileBudget budget, int packs) {
+  budget.half_cta_packs = packs;
+  return budget;
+}
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
 constexpr TileBudget with_one_pack_rows(TileBudget budget, bool on) {
   budget.one_pack_rows = on;
@@ -259,10 +268,13 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
       return c;
     }
     if (budget.cluster_cta_alone && packs > static_cast<int64_t>(max_block / 4) * block_packs &&
+        packs <= budget.half_cta_packs) {
+      c.tpr = c.block = budget.cluster_block / 2, c.packs = budget.cluster_packs, c.cluster = 1;
+      return c;
+    }
+    if (budget.cluster_cta_alone && packs > static_cast<int64_t>(max_block / 2) * block_packs &&
         packs <= static_cast<int64_t>(budget.cluster_block) * budget.cluster_packs) {
-      const bool half = packs <= static_cast<int64_t>(budget.cluster_block / 2) * budget.cluster_packs;
-      c.tpr = c.block = half ? budget.cluster_block / 2 : budget.cluster_block, c.packs = budget.cluster_packs;
-      c.cluster = 1;
+      c.tpr = c.block = budget.cluster_block, c.packs = budget.cluster_packs, c.cluster = 1;
       return c;
     }
     for (int b = 64; b <= max_block; b *= 2) {
@@ -331,8 +343,8 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kCluster == 1 && kPacks == 2 && kBlock == kTPR && kTPR == kSpreadWideTpr && budget.spread_small) return true;
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
-  if (kCluster == 1 && budget.cluster_cta_alone && (kTPR == budget.cluster_block || 2 * kTPR == budget.cluster_block) &&
-      kBlock == kTPR && kPacks == budget.cluster_packs)
+  if (kCluster == 1 && budget.cluster_cta_alone && kBlock == kTPR && kPacks == budget.cluster_packs &&
+      (kTPR == budget.cluster_block || (2 * kTPR == budget.cluster_block && budget.half_cta_packs > 0)))
     return true;
   if (kCluster == 1)
     return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && (budget.wide_first || budget.wide_alone));
