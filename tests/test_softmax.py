@@ -71,8 +71,8 @@ def test_mask_on_cluster_rows(op, dtype, cols, rng):
 # 256-thread CTA of 8 packs a row, 16-bit rows of 513-768 packs one 128-thread CTA of 8, the row
 # held as loaded (tile_choice.h, with_cluster_cta_alone, with_half_cta_alone): 16-bit 12288 and
 # 16384 columns, 9000 (the last warp's packs partly past the row), float32 6000; 16-bit 6000; past
-# the 128-thread CTA's bound 16-bit 8192 and float32 3000 (256 x 4); one masked, with a row masked
-# but for its last element.
+# the 128-thread CTA's bound 16-bit 8192 and float32 3000 (256 x 4); masked (9000 and 6000), with a
+# row masked but for its last element.
 @op_params(SOFTMAXES)
 @pytest.mark.parametrize("shape,dtype", [((2400, 12288), "bfloat16"), ((2400, 16384), "float16"),
                                          ((2400, 9000), "bfloat16"), ((2400, 6000), "float32"),
@@ -84,9 +84,10 @@ def test_many_rows_cta_alone(op, shape, dtype, rng):
 
 
 @op_params(SOFTMAXES)
+@pytest.mark.parametrize("cols", [9000, 6000])
 @pytest.mark.wide
-def test_mask_many_rows_cta_alone(op, rng):
-    x = make_x(op, rng, (2400, 9000), DTYPES["bfloat16"])
+def test_mask_many_rows_cta_alone(op, cols, rng):
+    x = make_x(op, rng, (2400, cols), DTYPES["bfloat16"])
     where = rng.random(x.shape) < 0.7
     where[7] = False
     where[7, -1] = True
