@@ -47,7 +47,6 @@ int main() {
               with_small_spread(with_wide_first(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), true)), 4},
              {"RMSNorm forward 16-bit, 512x4 clusters, wide alone",
               with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), 2},
-             {"LayerNorm forward 16-bit, wide alone", with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)), 2},
              {"LayerNorm forward 16-bit, wide alone, cluster CTA alone, half CTA alone",
               with_half_cta_alone(with_cluster_cta_alone(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)), true),
                                   1024),
