@@ -73,13 +73,14 @@ def test_many_wide_rows(op, names, shape, dtype, rng):
 # 32768, fp16 24576) and, for float32, 512 x 8 clusters (20000: a cluster of 2, staged, a partial
 # last segment); 16-bit LayerNorm's rows of 8193-16384 columns one 256 x 8 CTA (12288, 16384 and
 # 9000, whose last warp's packs lie partly past the row; RMSNorm's take 512 x 4 there), of
-# 4097-8192 one 128 x 8 CTA (8192, 6000).
+# 4097-8192 one 128 x 8 CTA (8192, 6000), of 2049-4096 one 64 x 8 CTA (4096, 3000).
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((2400, 16384), "float32"), ((2400, 20000), "float32"),
                                          ((2400, 32768), "bfloat16"), ((2400, 24576), "float16"),
                                          ((2400, 12288), "bfloat16"), ((2400, 16384), "float16"),
                                          ((2400, 9000), "bfloat16"), ((2400, 8192), "float16"),
-                                         ((2400, 6000), "bfloat16")], ids=str)
+                                         ((2400, 6000), "bfloat16"), ((2400, 4096), "bfloat16"),
+                                         ((2400, 3000), "float16")], ids=str)
 @pytest.mark.wide
 def test_many_rows_wide_tiles(op, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype])

@@ -69,7 +69,7 @@ def test_mask_on_cluster_rows(op, dtype, cols, rng):
 
 # Launches of at least 16 rows an SM (2112 on 132 SMs, 2368 on 148) of 1025-2048 packs take one
 # 256-thread CTA of 8 packs a row, 16-bit rows of 513-768 packs one 128-thread CTA of 8, the row
-# held as loaded (tile_choice.h, with_cluster_cta_alone, with_half_cta_alone): 16-bit 12288 and
+# held as loaded (tile_choice.h, with_cluster_cta_alone, with_narrow_cta_alone): 16-bit 12288 and
 # 16384 columns, 9000 (the last warp's packs partly past the row), float32 6000; 16-bit 6000; past
 # the 128-thread CTA's bound 16-bit 8192 and float32 3000 (256 x 4); masked (9000 and 6000), with a
 # row masked but for its last element.

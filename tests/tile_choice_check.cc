@@ -47,13 +47,13 @@ int main() {
               with_small_spread(with_wide_first(with_cluster_tiles(kHeldRowPersistent16Budget, 0, 0), true)), 4},
              {"RMSNorm forward 16-bit, 512x4 clusters, wide alone",
               with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), 2},
-             {"LayerNorm forward 16-bit, wide alone, cluster CTA alone, half CTA alone",
-              with_half_cta_alone(with_cluster_cta_alone(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)), true),
-                                  1024),
+             {"LayerNorm forward 16-bit, wide alone, cluster CTA alone, narrow CTA alone",
+              with_narrow_cta_alone(with_cluster_cta_alone(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true)), true),
+                                    256, 1024),
               2},
              {"softmax forward f32", with_cluster_cta_alone(with_small_spread(kHeldRowForwardBudget), true), 4},
              {"softmax forward 16-bit",
-              with_half_cta_alone(with_cluster_cta_alone(with_small_spread(kHeldRowForwardBudget), true), 768), 2},
+              with_narrow_cta_alone(with_cluster_cta_alone(with_small_spread(kHeldRowForwardBudget), true), 512, 768), 2},
              {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2},
              {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2}};
   long passed = 0, failed = 0;

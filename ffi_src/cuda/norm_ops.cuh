@@ -43,7 +43,7 @@ __device__ __forceinline__ void load_param(const float* p, bool present, float a
 // 16-bit LayerNorm's rows of 8193-16384 columns take one 256 x 8 CTA, three an SM, where 512 x 4
 // ran two (with_cluster_cta_alone, as softmax): bf16 1.06x at 16384, 1.18x at 12288, 1.34x at 9000
 // (fp16 1.06x, 1.20x, 1.37x), level at 8192; fwd+bwd 1.02-1.13x; rows of 4097-8192 one 128 x 8 CTA,
-// seven an SM, where 256 x 4 ran three (with_half_cta_alone): bf16 1.08x at 8192, 1.19x at 6144,
+// seven an SM, where 256 x 4 ran three (with_narrow_cta_alone): bf16 1.08x at 8192, 1.19x at 6144,
 // 1.32x at 4608 (fp16 1.08x, 1.14x, 1.24x; H200, one build, a launch switch, results/h200-cta-alone).
 template <class T, bool kCentered>
 constexpr TileBudget norm_fwd_budget() {
@@ -53,9 +53,9 @@ constexpr TileBudget norm_fwd_budget() {
     return with_staged_clusters(with_small_spread(kCentered ? with_wide_first(b, true) : with_wide_alone(b, true)),
                                 kAllClusters);
   } else if constexpr (kCentered) {
-    return with_half_cta_alone(
+    return with_narrow_cta_alone(
         with_cluster_cta_alone(with_async_exchange(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true))), true),
-        1024);
+        256, 1024);
   } else {
     return with_staged_clusters(
         with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), kAllClusters);

@@ -2,6 +2,8 @@
 // workers (CTAs, or clusters) as are resident at once, each striding over rows (persistent).
 #pragma once
 
+#include <cstdlib>
+
 #include <algorithm>
 
 #include "cuda/launch.cuh"
@@ -87,7 +89,9 @@ struct FwdRunner {
 template <class Op>
 ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
   const DeviceFacts& d = device_facts();
-  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
+  TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
+  static const bool temp_no_narrow = std::getenv("JAXNORM_TEMP_NO_NARROW") != nullptr;  // TEMP A/B
+  if (temp_no_narrow && c.loop_tpr == 0 && c.cluster == 1 && c.tpr == 64 && c.packs == 8) c.tpr = c.block = 128, c.packs = 4;
   FwdRunner<Op> runner{op, rows, cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);
@@ -122,7 +126,8 @@ struct BwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
+    static const bool temp_no_held1 = std::getenv("JAXNORM_TEMP_NO_HELD1") != nullptr;  // TEMP A/B
+    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) if (kCluster > 1 || !temp_no_held1) {
       // Held where a worker has several rows (row_tiles.cuh, held_scale_bwd).
       auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
       constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true>();

@@ -149,7 +149,7 @@ constexpr bool holds_raw() {
 template <class Op, int kBlock, int kPacks, int kCluster = 1>
 constexpr int min_ctas_per_sm() {
   constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
-  if constexpr (kBlock == 128 && kPacks >= 8) return 2 * min_ctas_per_sm<Op, 256, kPacks, kCluster>();
+  if constexpr (kBlock < 256 && kPacks >= 8) return 256 / kBlock * min_ctas_per_sm<Op, 256, kPacks, kCluster>();
   if constexpr (kBlock == 256 && kPacks >= 8 && held <= 32 && (Op::kParamFloats < 2 || kCluster >= 4)) return 4;
   if constexpr (kBlock == 512 && kPacks == 8 && held == 32 && (kCluster == 16 || kCluster == 1)) return 2;
   return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
@@ -527,7 +527,7 @@ constexpr size_t bwd_smem_bytes() {
 }
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool held_scale_bwd() {
-  return kCluster >= 2 && kTPR == kBlock && partials_in_smem<Op, kBlock, kPacks>() &&
+  return (kCluster >= 2 || sizeof(typename Op::Type) == 2) && kTPR == kBlock && partials_in_smem<Op, kBlock, kPacks>() &&
          bwd_smem_bytes<Op, kBlock, kPacks, true, false>() <= kStagedSmemCap;
 }
 template <class Op, int kBlock, int kPacks>

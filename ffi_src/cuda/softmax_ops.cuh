@@ -66,12 +66,12 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // 16384, float32 1.12x at 6144, level at 8192. The 512 x 8 tile in one CTA at 16385-32768
   // (with_wide_alone, as the norms take it) lost: 0.99x at 24576-32768, float32 0.995x at 16384.
   // 16-bit rows of 513-768 packs (4097-6144 columns) take one 128 x 8 CTA, eight an SM, where
-  // 256 x 4 ran (with_half_cta_alone; same call as the norms', results/h200-cta-alone): bf16 1.31x
+  // 256 x 4 ran (with_narrow_cta_alone; same call as the norms', results/h200-cta-alone): bf16 1.31x
   // at 4608, 1.10x at 6144 (fp16 1.28x, 1.10x), but 0.99x at 8192 (the 256 x 4 tile full there;
   // 6145-8191 not measured); float32 0.995x at 3072, level at 4096, so not taken.
-  static constexpr TileBudget kBudget = with_half_cta_alone(
+  static constexpr TileBudget kBudget = with_narrow_cta_alone(
       with_cluster_cta_alone(with_async_exchange(with_small_spread(kHeldRowForwardBudget), sizeof(T) == 2), true),
-      sizeof(T) == 2 ? 768 : 0);
+      512, sizeof(T) == 2 ? 768 : 0);
   static constexpr bool kCanHoldRaw = true;
   static constexpr int kRawMinPacks = 8;  // below, thread_stats() leaves each exp for store()
   using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;

@@ -35,7 +35,7 @@ struct TileBudget {
   int bwd_256x2_ctas = 2;  // CTAs an SM of the backward's 256-thread tiles of 2 packs (row_tiles.cuh)
   bool wide_alone = false;  // rows of one wide tile (max_block x wide_packs) take it in one CTA
   bool cluster_cta_alone = false;  // rows of one cluster CTA's packs take that CTA, not max_block x block_packs
-  int half_cta_packs = 0;  // with it, rows of up to this many packs take half that CTA's threads
+  int narrow_alone_min = 0, narrow_alone_max = 0;  // with it, rows of (min, max] packs: narrower CTAs alike
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -149,12 +149,14 @@ constexpr TileBudget with_cluster_cta_alone(TileBudget budget, bool on) {
   budget.cluster_cta_alone = on;
   return budget;
 }
-// With cluster_cta_alone, rows of (max_block / 4 x block_packs, packs] packs take one CTA of half
-// the cluster tiles' threads, as many packs each (128 x 8 where 256 x 4 ran): twice the CTAs an SM
-// at the same registers (row_tiles.cuh, min_ctas_per_sm), 7-8 rows in flight an SM, not 3
-// (norm_ops.cuh and softmax_ops.cuh say what it gained).
-constexpr TileBudget with_half_cta_alone(TileBudget budget, int packs) {
-  budget.half_cta_packs = packs;
+// With cluster_cta_alone, rows of (min_packs, max_packs] packs take one CTA of cluster_packs packs a
+// thread and the fewest threads (64 or more) that hold the row: 128 x 8 where 256 x 4 ran, 64 x 8
+// where 128 x 4 ran, at the same registers and twice the CTAs an SM (row_tiles.cuh,
+// min_ctas_per_sm): 7-8 rows in flight an SM at 4097-8192 16-bit columns, not 3 (norm_ops.cuh and
+// softmax_ops.cuh say what it gained).
+constexpr TileBudget with_narrow_cta_alone(TileBudget budget, int min_packs, int max_packs) {
+  budget.narrow_alone_min = min_packs;
+  budget.narrow_alone_max = max_packs;
   return budget;
 }
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
@@ -267,9 +269,10 @@ inline TileChoice choose_tile(int64_t cols, int vec, bool vectorizable, bool clu
       c.tpr = tpr, c.block = 128, c.packs = p, c.cluster = 1;
       return c;
     }
-    if (budget.cluster_cta_alone && packs > static_cast<int64_t>(max_block / 4) * block_packs &&
-        packs <= budget.half_cta_packs) {
-      c.tpr = c.block = budget.cluster_block / 2, c.packs = budget.cluster_packs, c.cluster = 1;
+    if (budget.cluster_cta_alone && packs > budget.narrow_alone_min && packs <= budget.narrow_alone_max) {
+      int b = 64;
+      while (static_cast<int64_t>(b) * budget.cluster_packs < packs) b *= 2;
+      c.tpr = c.block = b, c.packs = budget.cluster_packs, c.cluster = 1;
       return c;
     }
     if (budget.cluster_cta_alone && packs > static_cast<int64_t>(max_block / 2) * block_packs &&
@@ -344,7 +347,9 @@ constexpr bool tile_possible(TileBudget budget) {
   if (kCluster == 16 && kPacks == 1 && kBlock == kTPR && kTPR == kSpreadClusterTpr) return budget.spread_small;
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
   if (kCluster == 1 && budget.cluster_cta_alone && kBlock == kTPR && kPacks == budget.cluster_packs &&
-      (kTPR == budget.cluster_block || (2 * kTPR == budget.cluster_block && budget.half_cta_packs > 0)))
+      (kTPR == budget.cluster_block ||
+       (kTPR >= 64 && kTPR < budget.cluster_block && kTPR * budget.cluster_packs > budget.narrow_alone_min &&
+        kTPR * budget.cluster_packs / 2 < budget.narrow_alone_max)))
     return true;
   if (kCluster == 1)
     return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && (budget.wide_first || budget.wide_alone));
@@ -370,6 +375,7 @@ constexpr bool tile_possible(TileBudget budget) {
   X(512, 512, 2, 2) X(512, 512, 2, 4) X(512, 512, 2, 8) X(512, 512, 2, 16)                             \
   X(512, 512, 4, 2) X(512, 512, 4, 4) X(512, 512, 4, 8) X(512, 512, 4, 16)                             \
   X(512, 512, 8, 16) X(256, 256, 1, 16) X(128, 256, 1, 1) X(256, 256, 1, 1) X(512, 512, 1, 1)        \
-  X(512, 512, 8, 1) X(512, 512, 8, 2) X(512, 512, 8, 4) X(512, 512, 8, 8) X(256, 256, 8, 1) X(128, 128, 8, 1)
+  X(512, 512, 8, 1) X(512, 512, 8, 2) X(512, 512, 8, 4) X(512, 512, 8, 8) X(256, 256, 8, 1) X(128, 128, 8, 1) \
+  X(64, 64, 8, 1)
 
 }  // namespace jaxnorm
