@@ -89,9 +89,7 @@ struct FwdRunner {
 template <class Op>
 ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
   const DeviceFacts& d = device_facts();
-  TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
-  static const bool temp_no_narrow = std::getenv("JAXNORM_TEMP_NO_NARROW") != nullptr;  // TEMP A/B
-  if (temp_no_narrow && c.loop_tpr == 0 && c.cluster == 1 && c.tpr == 64 && c.packs == 8) c.tpr = c.block = 128, c.packs = 4;
+  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
   FwdRunner<Op> runner{op, rows, cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);
@@ -126,8 +124,16 @@ struct BwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    static const bool temp_no_held1 = std::getenv("JAXNORM_TEMP_NO_HELD1") != nullptr;  // TEMP A/B
-    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) if (kCluster > 1 || !temp_no_held1) {
+    static const char* temp_mode = std::getenv("JAXNORM_TEMP_HELD1");  // TEMP A/B: plain, unstaged
+    constexpr bool temp_one = kCluster == 1 && staged_bwd_rows<Op, kBlock, kPacks>();
+    if constexpr (temp_one && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) if (temp_mode && temp_mode[0] == 'u') {
+      auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true, true>;
+      constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true, true>();
+      static const int resident = resident_workers(held, kBlock, kCluster, smem);
+      const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
+      if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(held, smem, workers);
+    }
+    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) if (!temp_one || !temp_mode) {
       // Held where a worker has several rows (row_tiles.cuh, held_scale_bwd).
       auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
       constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true>();
