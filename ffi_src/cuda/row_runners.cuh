@@ -2,8 +2,6 @@
 // workers (CTAs, or clusters) as are resident at once, each striding over rows (persistent).
 #pragma once
 
-#include <cstdlib>
-
 #include <algorithm>
 
 #include "cuda/launch.cuh"
@@ -124,16 +122,7 @@ struct BwdRunner {
 
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
-    static const char* temp_mode = std::getenv("JAXNORM_TEMP_HELD1");  // TEMP A/B: plain, unstaged
-    constexpr bool temp_one = kCluster == 1 && staged_bwd_rows<Op, kBlock, kPacks>();
-    if constexpr (temp_one && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) if (temp_mode && temp_mode[0] == 'u') {
-      auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true, true>;
-      constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true, true>();
-      static const int resident = resident_workers(held, kBlock, kCluster, smem);
-      const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
-      if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(held, smem, workers);
-    }
-    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) if (!temp_one || !temp_mode) {
+    if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
       // Held where a worker has several rows (row_tiles.cuh, held_scale_bwd).
       auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
       constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true>();

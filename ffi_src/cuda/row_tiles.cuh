@@ -530,9 +530,9 @@ constexpr bool held_scale_bwd() {
   return (kCluster >= 2 || sizeof(typename Op::Type) == 2) && kTPR == kBlock && partials_in_smem<Op, kBlock, kPacks>() &&
          bwd_smem_bytes<Op, kBlock, kPacks, true, false>() <= kStagedSmemCap;
 }
-template <class Op, int kBlock, int kPacks>
+template <class Op, int kBlock, int kPacks, int kCluster>
 constexpr bool staged_bwd_rows() {
-  return Op::kColumnSums == 1 && bwd_holds_raw<Op>() && bwd_smem_bytes<Op, kBlock, kPacks, true, true>() <= kStagedSmemCap;
+  return kCluster >= 2 && Op::kColumnSums == 1 && bwd_holds_raw<Op>() && bwd_smem_bytes<Op, kBlock, kPacks, true, true>() <= kStagedSmemCap;
 }
 
 // The warp-row tile (tile_choice.h, warp_rows: a warp of 4 packs a row, 4 rows a 128-thread CTA;
@@ -552,11 +552,11 @@ constexpr bool warp_staged_bwd() {
          kPacks == 2 * Op::kBudget.block_packs && Op::kColumnSums == 1 && bwd_holds_raw<Op>();
 }
 constexpr int kWarpStages = 2;
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHeld, bool kTempNoStage = false>
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHeld>
 constexpr size_t tile_bwd_smem() {
   if constexpr (warp_staged_bwd<Op, kTPR, kBlock, kPacks, kCluster>())
     return (size_t{kWarpStages} * 2 * kBlock + kTPR * kVecOf<typename Op::Type> / 4) * kPacks * 16;
-  else return bwd_smem_bytes<Op, kBlock, kPacks, kHeld, kHeld && !kTempNoStage && staged_bwd_rows<Op, kBlock, kPacks>()>();
+  else return bwd_smem_bytes<Op, kBlock, kPacks, kHeld, kHeld && staged_bwd_rows<Op, kBlock, kPacks, kCluster>()>();
 }
 
 // A warp-row tile's stage of one row slot (warp_staged_bwd): this thread's packs of a and dy at the
@@ -580,7 +580,7 @@ __device__ __forceinline__ void stage_warp_row(const Op& op, int64_t row, bool r
 }
 
 // kHold: the tile holds the scale (and stages rows) where held_scale_bwd allows it.
-template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHold = false, bool kTempNoStage = false>
+template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kHold = false>
 __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks>())
     tile_bwd_kernel(Op op, int64_t rows_per_group, int64_t cols, float* workspace, int64_t ws_rows) {
   using T = typename Op::Type;
@@ -600,7 +600,7 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   // a and dy; W columns a segment, S a segment of the cluster. Pack p's op reads the scale at col
   // from segment p of the slice (`at_pack`); other tiles read it from global memory.
   constexpr bool kHeld = kHold && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
-  constexpr bool kStaged = kHeld && !kTempNoStage && staged_bwd_rows<Op, kBlock, kPacks>();
+  constexpr bool kStaged = kHeld && staged_bwd_rows<Op, kBlock, kPacks, kCluster>();
   constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
   float* const gs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(jn_dynamic_smem) +
