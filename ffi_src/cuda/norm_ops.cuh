@@ -44,7 +44,9 @@ __device__ __forceinline__ void load_param(const float* p, bool present, float a
 // ran two (with_cluster_cta_alone, as softmax): bf16 1.06x at 16384, 1.18x at 12288, 1.34x at 9000
 // (fp16 1.06x, 1.20x, 1.37x), level at 8192; fwd+bwd 1.02-1.13x; rows of 4097-8192 one 128 x 8 CTA,
 // seven an SM, where 256 x 4 ran three (with_narrow_cta_alone): bf16 1.08x at 8192, 1.19x at 6144,
-// 1.32x at 4608 (fp16 1.08x, 1.14x, 1.24x; H200, one build, a launch switch, results/h200-cta-alone).
+// 1.32x at 4608 (fp16 1.08x, 1.14x, 1.24x; H200, one build, a launch switch, results/h200-cta-alone);
+// rows of 2049-4096 one 64 x 8 CTA, fourteen an SM at 72 registers, where 128 x 4 ran eight: bf16
+// 1.035x at 4096, 1.14x at 3072, 1.20x at 2560 (fp16 1.03x, 1.10x, 1.14x; results/h200-narrow-held).
 template <class T, bool kCentered>
 constexpr TileBudget norm_fwd_budget() {
   constexpr int kAllClusters = 2 | 4 | 8 | 16;

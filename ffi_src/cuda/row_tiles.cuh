@@ -516,7 +516,11 @@ struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
 // Float32 rows (262144 columns: 512 x 8 x 16, 64 KB a slice) hold the scale beside the partials
 // but cannot stage a and dy too (256 KB for RMSNorm): held, float32 fwd+bwd 1.19x (RMSNorm, the
 // backward ~640 -> ~495 us) and 1.16x (LayerNorm) at 512 x 262144, 1.15 / 1.03x at 64 rows
-// (results/h200-f32-bwd).
+// (results/h200-f32-bwd). The 16-bit one-CTA wide tile (512 x 4, 8193-16384 columns) holds the
+// scale too but stages no rows: held, bf16 LayerNorm fwd+bwd 1.02 / 1.02 / 1.06x at 9000 / 12288 /
+// 16384 (fp16 1.03x, 1.02x, 1.13x); RMSNorm held 1.02 / 1.01 / 1.04x (fp16 1.03x, 1.02x, 1.06x),
+// where staged as well it lost 4% at 9000 and gained 1.01-1.04x at 16384 (H200, one build, a
+// launch switch, results/h200-narrow-held).
 // Dynamic shared memory of a backward tile: the partials; held, the scale's slice; staged, one
 // slice each of a and dy.
 template <class Op, int kBlock, int kPacks, bool kHeld, bool kStaged>
