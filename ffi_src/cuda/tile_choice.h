@@ -35,7 +35,7 @@ struct TileBudget {
   int bwd_256x2_ctas = 2;  // CTAs an SM of the backward's 256-thread tiles of 2 packs (row_tiles.cuh)
   bool wide_alone = false;  // rows of one wide tile (max_block x wide_packs) take it in one CTA
   bool cluster_cta_alone = false;  // rows of one cluster CTA's packs take that CTA, not max_block x block_packs
-  int narrow_alone_min = 0, narrow_alone_max = 0;  // with it, rows of (min, max] packs: narrower CTAs alike
+  int narrow_alone_min = 0, narrow_alone_max = 0;  // with it, rows of (min, max] packs take a narrower CTA alone
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -151,9 +151,9 @@ constexpr TileBudget with_cluster_cta_alone(TileBudget budget, bool on) {
 }
 // With cluster_cta_alone, rows of (min_packs, max_packs] packs take one CTA of cluster_packs packs a
 // thread and the fewest threads (64 or more) that hold the row: 128 x 8 where 256 x 4 ran, 64 x 8
-// where 128 x 4 ran, at the same registers and twice the CTAs an SM (row_tiles.cuh,
-// min_ctas_per_sm): 7-8 rows in flight an SM at 4097-8192 16-bit columns, not 3 (norm_ops.cuh and
-// softmax_ops.cuh say what it gained).
+// where 128 x 4 ran, at about the same registers a thread and about twice the CTAs an SM
+// (row_tiles.cuh, min_ctas_per_sm): 7-8 rows in flight an SM at 4097-8192 16-bit columns, not 3;
+// 14, not 8, at 2049-4096 (norm_ops.cuh and softmax_ops.cuh say what it gained).
 constexpr TileBudget with_narrow_cta_alone(TileBudget budget, int min_packs, int max_packs) {
   budget.narrow_alone_min = min_packs;
   budget.narrow_alone_max = max_packs;
