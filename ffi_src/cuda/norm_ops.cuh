@@ -55,9 +55,9 @@ constexpr TileBudget norm_fwd_budget() {
     return with_staged_clusters(with_small_spread(kCentered ? with_wide_first(b, true) : with_wide_alone(b, true)),
                                 kAllClusters);
   } else if constexpr (kCentered) {
-    return with_narrow_cta_alone(
+    return with_staged_clusters(with_narrow_cta_alone(
         with_cluster_cta_alone(with_async_exchange(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true))), true),
-        256, 1024);
+        256, 1024), kAllClusters);
   } else {
     return with_staged_clusters(
         with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), kAllClusters);
