@@ -118,6 +118,14 @@ def test_many_rows(op, dtype, shape, rng):
 
 
 @op_params(NORMS)
+@pytest.mark.parametrize("shape", [(2100, 1024), (520, 4096)], ids=str)
+def test_many_rows_h_discarded(op, shape, rng):
+    """As above without h's cotangent: both norms' CUDA backward takes two packs a thread, with
+    the default mode's flags as constants (norm_bwd_run.cuh, the fixed-flag op)."""
+    check_add_norm(op, rng, shape, BF16, use_h=False)
+
+
+@op_params(NORMS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("use_h", [True, False], ids=["h_used", "h_discarded"])
 def test_memory_efficient(op, dtype, use_h, rng):

@@ -55,9 +55,9 @@ constexpr TileBudget norm_fwd_budget() {
     return with_staged_clusters(with_small_spread(kCentered ? with_wide_first(b, true) : with_wide_alone(b, true)),
                                 kAllClusters);
   } else if constexpr (kCentered) {
-    return with_staged_clusters(with_narrow_cta_alone(
+    return with_narrow_cta_alone(
         with_cluster_cta_alone(with_async_exchange(with_small_spread(with_wide_alone(kHeldRowForwardBudget, true))), true),
-        256, 1024), kAllClusters);
+        256, 1024);
   } else {
     return with_staged_clusters(
         with_small_spread(with_wide_alone(with_cluster_tiles(kHeldRowForwardBudget, 0, 0), true)), kAllClusters);
@@ -363,7 +363,7 @@ struct StorePlusDh {
 // gradient is summed beside the scale's (without a bias, RMSNorm's usual form, the partials and
 // their shared-memory traffic are half as many). kFixed: the 16-bit norms' op in the default mode
 // (LayerNorm with scale and bias, RMSNorm with a scale, x read back) with its flags as constants.
-template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true, bool kFixed = false>
+template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true, bool kFixed = false, int kFixedCtas = 3>
 struct NormBwdOp {
   using Type = T;
   using RowType = A;
@@ -376,14 +376,16 @@ struct NormBwdOp {
   // (row_tiles.cuh, bwd_min_ctas_per_sm).
   // The fixed-flag op's 256x2 tiles fit 3 an SM too, LayerNorm's included (80 registers, no
   // spills, where its runtime flags took 107; row_tiles.cuh says what it gained).
-  static constexpr bool kFixable = sizeof(T) == 2 && std::is_same<A, T>::value && std::is_same<Dx, StoreDx<T>>::value;
-  static constexpr bool kPlain16 = kFixable && !kBiasGrad;
-  static_assert(kFixable || !kFixed, "only the 16-bit norms' plain backward has a fixed-flag op");
+  static constexpr bool kPlainDx = std::is_same<Dx, StoreDx<T>>::value;
+  static constexpr bool kFixable =
+      sizeof(T) == 2 && std::is_same<A, T>::value && (kPlainDx || std::is_same<Dx, StorePlusDh<T>>::value);
+  static constexpr bool kPlain16 = kFixable && kPlainDx && !kBiasGrad;
+  static_assert(kFixable || !kFixed, "only the 16-bit norms' backward reading a 16-bit row has a fixed-flag op");
   static constexpr TileBudget kBudget = with_bwd_256x2_ctas(
       with_warp_rows(with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                                         Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
                      kPlain16 ? 112 : 0),
-      kPlain16 || kFixed ? 3 : 2);
+      kPlain16 ? 3 : kFixed ? kFixedCtas : 2);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;
@@ -415,6 +417,9 @@ struct NormBwdOp {
            f.memory_efficient == d.memory_efficient;
   }
   NormBwdOp<T, A, Dx, kBiasGrad, true> fixed() const {
+    return {xin, dy, mean, rstd, gamma, beta, dx, cols, inv_cols, eps, f};
+  }
+  NormBwdOp<T, A, Dx, kBiasGrad, true, 2> fixed2() const {  // TEMP A/B
     return {xin, dy, mean, rstd, gamma, beta, dx, cols, inv_cols, eps, f};
   }
 

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -48,17 +47,6 @@ struct FwdRunner {
       if (replicas == 2) return replicated<kTPR, kBlock, kPacks, 2>();
     }
     if constexpr (staged_tile<Op, kTPR, kBlock, kPacks, kCluster>()) {
-      static const char* temp = std::getenv("JAXNORM_TEMP_LN_STAGED");  // TEMP A/B
-      if constexpr (Op::kParamFloats == 2 && Op::kBudget.cluster_block != 0) {
-        if (temp != nullptr && temp[0] == 'r') {
-          auto regs = staged_fwd_kernel<Op, kBlock, kPacks, kCluster, 1>;
-          constexpr size_t smem = staged_smem<Op, kBlock, kPacks, 1>();
-          static const int regs_resident = resident_workers(regs, kBlock, kCluster, smem);
-          if (regs_resident > 0)
-            return launch_with_smem(regs, dim3(std::min<int64_t>(rows, regs_resident) * kCluster), dim3(kBlock),
-                                    kCluster, smem, stream, what, op, rows, cols);
-        }
-      }
       auto staged = staged_fwd_kernel<Op, kBlock, kPacks, kCluster>;
       constexpr size_t smem = staged_smem<Op, kBlock, kPacks>();
       static const int staged_resident = resident_workers(staged, kBlock, kCluster, smem);
@@ -99,11 +87,7 @@ struct FwdRunner {
 template <class Op>
 ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
   const DeviceFacts& d = device_facts();
-  TileBudget budget = Op::kBudget;
-  static const bool temp_staged = std::getenv("JAXNORM_TEMP_LN_STAGED") != nullptr;  // TEMP A/B
-  if (temp_staged && budget.cluster_block != 0 && budget.staged_clusters != 0)
-    budget.one_shot_cluster = 1, budget.wide_alone = false;
-  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, budget);
+  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
   FwdRunner<Op> runner{op, rows, cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);

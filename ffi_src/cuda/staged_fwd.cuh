@@ -34,15 +34,15 @@ constexpr size_t staged_row_bytes() {
 // it and two row buffers (float32 at 262144 columns: 64 KB slices), its bias then read from L2 by
 // store(): 1.02-1.11x the persistent tile at 512 rows, 0.92x at 64; one row buffer beside both
 // lost (0.87-0.94x; results/h200-f32-staged). 0: the tile cannot run staged.
-template <class Op, int kThreads, int kPacks, int kHeldCap = 2>
+template <class Op, int kThreads, int kPacks>
 constexpr int staged_held_params() {
-  int k = Op::kParamFloats < kHeldCap ? Op::kParamFloats : kHeldCap;
+  int k = Op::kParamFloats;
   while (k > 0 && k * staged_param_bytes<Op, kThreads, kPacks>() + 2 * staged_row_bytes<Op, kThreads, kPacks>() > kStagedSmemCap) --k;
   return k;
 }
-template <class Op, int kThreads, int kPacks, int kHeldCap = 2>
+template <class Op, int kThreads, int kPacks>
 constexpr size_t staged_smem() {
-  return staged_held_params<Op, kThreads, kPacks, kHeldCap>() * staged_param_bytes<Op, kThreads, kPacks>() +
+  return staged_held_params<Op, kThreads, kPacks>() * staged_param_bytes<Op, kThreads, kPacks>() +
          2 * staged_row_bytes<Op, kThreads, kPacks>();
 }
 
@@ -52,8 +52,7 @@ constexpr size_t staged_smem() {
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster>
 constexpr bool staged_tile() {
   if constexpr (kCluster < 2 || (Op::kBudget.staged_clusters & kCluster) == 0 || kTPR != kBlock ||
-                Op::kParamFloats == 0 || !Specializes<Op>::value ||
-                (Op::kBudget.cluster_block != 0 && kBlock == Op::kBudget.cluster_block)) {
+                Op::kParamFloats == 0 || !Specializes<Op>::value) {
     return false;
   } else {
     constexpr bool shape = kPacks >= 4 && (sizeof(typename Op::Type) == 4 || holds_raw<Op, kPacks>());
@@ -61,12 +60,12 @@ constexpr bool staged_tile() {
   }
 }
 
-template <class Op, int kThreads, int kPacks, int kCluster, int kHeldCap = 2>
+template <class Op, int kThreads, int kPacks, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1) staged_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   using T = typename Op::Type;
   using Stats = typename Op::Stats;
   constexpr int V = kVecOf<T>, W = kThreads * V, P = kPacks, S = W * kCluster;
-  constexpr int kHeld = staged_held_params<Op, kThreads, kPacks, kHeldCap>();
+  constexpr int kHeld = staged_held_params<Op, kThreads, kPacks>();
   extern __shared__ __align__(128) unsigned char staged_dyn[];
   float* const prm = reinterpret_cast<float*>(staged_dyn);  // [kHeld][P * W]
   T* const xs = reinterpret_cast<T*>(staged_dyn + kHeld * staged_param_bytes<Op, kThreads, kPacks>());  // [2][P * W]
