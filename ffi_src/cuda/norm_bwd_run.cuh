@@ -3,8 +3,6 @@
 // scale/bias gradient partials.
 #pragma once
 
-#include <cstdlib>
-
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -72,17 +70,7 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   // what it gained); the other modes keep the op with runtime flags, two CTAs an SM for LayerNorm.
   // Its three tiles are named here, not reached through run_choice, so that only they compile.
   if constexpr (Op::kFixable) {
-    static const char* temp = Op::kPlainDx ? nullptr : std::getenv("JAXNORM_TEMP_ADDFIX");  // TEMP A/B: no, 2
-    if ((temp == nullptr || temp[0] != 'n') && op.in_default_mode() && c.loop_tpr == 0 && c.cluster == 1 &&
-        c.block == 256 && c.packs == 2) {
-      if constexpr (!Op::kPlainDx) {
-        if (temp != nullptr && temp[0] == '2') {
-          auto fixed = runner_of(op.fixed2());
-          if (c.tpr == 64) return fixed.template tile<64, 256, 2, 1>();
-          if (c.tpr == 128) return fixed.template tile<128, 256, 2, 1>();
-          if (c.tpr == 256) return fixed.template tile<256, 256, 2, 1>();
-        }
-      }
+    if (op.in_default_mode() && c.loop_tpr == 0 && c.cluster == 1 && c.block == 256 && c.packs == 2) {
       auto fixed = runner_of(op.fixed());
       if (c.tpr == 64) return fixed.template tile<64, 256, 2, 1>();
       if (c.tpr == 128) return fixed.template tile<128, 256, 2, 1>();

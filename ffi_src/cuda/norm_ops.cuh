@@ -363,7 +363,7 @@ struct StorePlusDh {
 // gradient is summed beside the scale's (without a bias, RMSNorm's usual form, the partials and
 // their shared-memory traffic are half as many). kFixed: the 16-bit norms' op in the default mode
 // (LayerNorm with scale and bias, RMSNorm with a scale, x read back) with its flags as constants.
-template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true, bool kFixed = false, int kFixedCtas = 3>
+template <class T, class A = T, class Dx = StoreDx<T>, bool kBiasGrad = true, bool kFixed = false>
 struct NormBwdOp {
   using Type = T;
   using RowType = A;
@@ -376,11 +376,20 @@ struct NormBwdOp {
   // (row_tiles.cuh, bwd_min_ctas_per_sm).
   // The fixed-flag op's 256x2 tiles fit 3 an SM too, LayerNorm's included (80 registers, no
   // spills, where its runtime flags took 107; row_tiles.cuh says what it gained).
+  // The residual-add LayerNorm backward with a 16-bit h has one too (it holds h's cotangent
+  // beside h and dy; runtime flags took 112-123 registers, 2 an SM). At 3 an SM float16's fits
+  // 80 registers without spills, bfloat16's spilled 20-64 bytes, so bfloat16's keeps 2 an SM
+  // (~114-120 registers, fewer instructions). Its backward kernel, H200, one build, a launch
+  // switch (results/h200-ln-staged, call 2): float16 0.90x the time at 32768 x 1024 and 8192 x
+  // 4096, bfloat16 0.94-0.95x at 1024-4096 columns (at 3 an SM, spilling: 1.06-1.14x).
+  // RMSNorm's residual-add backward takes one pack a thread with h's cotangent (one_pack_rows) and
+  // keeps its runtime flags without it (not measured).
   static constexpr bool kPlainDx = std::is_same<Dx, StoreDx<T>>::value;
   static constexpr bool kFixable =
-      sizeof(T) == 2 && std::is_same<A, T>::value && (kPlainDx || std::is_same<Dx, StorePlusDh<T>>::value);
+      sizeof(T) == 2 && std::is_same<A, T>::value && (kPlainDx || (std::is_same<Dx, StorePlusDh<T>>::value && kBiasGrad));
   static constexpr bool kPlain16 = kFixable && kPlainDx && !kBiasGrad;
   static_assert(kFixable || !kFixed, "only the 16-bit norms' backward reading a 16-bit row has a fixed-flag op");
+  static constexpr int kFixedCtas = kPlainDx || std::is_same<T, __half>::value ? 3 : 2;
   static constexpr TileBudget kBudget = with_bwd_256x2_ctas(
       with_warp_rows(with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
                                         Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
@@ -417,9 +426,6 @@ struct NormBwdOp {
            f.memory_efficient == d.memory_efficient;
   }
   NormBwdOp<T, A, Dx, kBiasGrad, true> fixed() const {
-    return {xin, dy, mean, rstd, gamma, beta, dx, cols, inv_cols, eps, f};
-  }
-  NormBwdOp<T, A, Dx, kBiasGrad, true, 2> fixed2() const {  // TEMP A/B
     return {xin, dy, mean, rstd, gamma, beta, dx, cols, inv_cols, eps, f};
   }
 
