@@ -1,0 +1,23 @@
+# Call 3 of h200-ln-staged: the taken commit (the residual-add LayerNorm backward's fixed-flag op,
+# no switches) built into /tmp/m1 (its .so copied into the tree); the whole suite, -v so a cut-off
+# run names its failures; then one round of the residual-add A/B set on this build.
+#   COMMIT=<hash> bash benchmarks/results/h200-ln-staged/call3.sh
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; exec > >(tee -a $OUT/log.txt) 2>&1
+echo "commit $COMMIT" | tee "$OUT/commit.txt"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+rm -rf /tmp/m1; t0=$(date +%s)
+JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/m1 . > /tmp/build-m1.log 2>&1 \
+  || { tail -20 /tmp/build-m1.log; exit 1; }
+echo "build $(( $(date +%s) - t0 )) s"
+cp /tmp/m1/jaxnorm/_jaxnorm_*.so jaxnorm/
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLOCATE=false
+python3 -c "import jaxnorm, jaxnorm._ffi as f; print(jaxnorm.__file__, 'cuda', f.cuda_built())" || exit 1
+t1=$SECONDS; timeout $((585 - SECONDS)) python3 -m pytest -v -n 16 -p no:cacheprovider -p no:benchmark tests > $OUT/pytest.log 2>&1
+echo "pytest rc=$?: $(tail -n 1 $OUT/pytest.log)"
+echo "passed $(grep -c ' PASSED ' $OUT/pytest.log), skipped $(grep -c ' SKIPPED ' $OUT/pytest.log)"
+grep -E " (FAILED|ERROR) |^(FAILED|ERROR)" $OUT/pytest.log | head -20; echo "suite $((SECONDS - t1)) s"
+gzip $OUT/pytest.log
+if [ $SECONDS -lt 540 ]; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout $((595 - SECONDS)) python3 benchmarks/ab_norm_bwd.py taken1 /tmp/ab addnorm_fixed 2>&1 \
+    | grep -v Warn | tee $OUT/ab.log
+fi
+echo "total $SECONDS s"
