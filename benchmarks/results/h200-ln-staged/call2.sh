@@ -6,14 +6,8 @@
 # sections on the 16-bit norm backward at 9000 against 16384 columns, tarred (8 files come back).
 #   COMMIT=<hash> bash benchmarks/results/h200-ln-staged/call2.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; exec > >(tee -a $OUT/log.txt) 2>&1
-echo "commit $COMMIT" | tee "$OUT/commit.txt"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-rm -rf /tmp/m1; t0=$(date +%s)
-JAXNORM_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/m1 . > /tmp/build-m1.log 2>&1 \
-  || { tail -20 /tmp/build-m1.log; exit 1; }
-echo "build $(( $(date +%s) - t0 )) s"
-cp /tmp/m1/jaxnorm/_jaxnorm_*.so jaxnorm/
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLOCATE=false
-python3 -c "import jaxnorm, jaxnorm._ffi as f; print(jaxnorm.__file__, 'cuda', f.cuda_built())" || exit 1
+BUILD_INTO=/tmp/m1 source "$(dirname "$0")/../../gpu_setup.sh"
+export XLA_PYTHON_CLIENT_MEM_FRACTION=0.05 XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 120 python3 -m pytest -q -n 14 -p no:cacheprovider -p no:benchmark tests/test_add_norm.py > $OUT/pytest-add.log 2>&1
 echo "add_norm: $(tail -n 1 $OUT/pytest-add.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-add.log | head
 JAXNORM_TEMP_ADDFIX=2 timeout 60 python3 -m pytest -q -n 14 -p no:cacheprovider -p no:benchmark tests/test_add_norm.py \
