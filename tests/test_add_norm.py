@@ -120,8 +120,8 @@ def test_many_rows(op, dtype, shape, rng):
 @op_params(NORMS)
 @pytest.mark.parametrize("shape", [(2100, 1024), (520, 4096)], ids=str)
 def test_many_rows_h_discarded(op, shape, rng):
-    """As above without h's cotangent: both norms' CUDA backward takes two packs a thread, with
-    the default mode's flags as constants (norm_bwd_run.cuh, the fixed-flag op)."""
+    """As above without h's cotangent: both norms' CUDA backward takes two packs a thread,
+    LayerNorm's with the default mode's flags as constants (norm_ops.cuh, NormBwdOp::kFixable)."""
     check_add_norm(op, rng, shape, BF16, use_h=False)
 
 
