@@ -45,9 +45,10 @@ def test_memory_efficient_matches_reference(op, names, dtype, rng):
     check_op(op, rng, (5, 1024), DTYPES[dtype], names=names, bounded_scale=True, memory_efficient=True)
 
 
-# Rows for the cluster tiles, the widest with the backward's scale/bias partials in shared memory.
+# Rows for the cluster tiles, the widest with the backward's scale/bias partials in shared memory;
+# 600 x 9000: RMSNorm's 256 x 8 backward tile, the scale held, several rows a worker.
 @op_params(NORMS)
-@pytest.mark.parametrize("shape", [(64, 32768), (48, 262144)], ids=str)
+@pytest.mark.parametrize("shape", [(64, 32768), (48, 262144), (600, 9000)], ids=str)
 @pytest.mark.wide
 def test_memory_efficient_wide_rows(op, shape, rng):
     check_op(op, rng, shape, BF16, bounded_scale=True, memory_efficient=True)
@@ -73,12 +74,15 @@ def test_many_wide_rows(op, names, shape, dtype, rng):
 # 32768, fp16 24576) and, for float32, 512 x 8 clusters (20000: a cluster of 2, staged, a partial
 # last segment); 16-bit LayerNorm's rows of 8193-16384 columns one 256 x 8 CTA (12288, 16384 and
 # 9000, whose last warp's packs lie partly past the row; RMSNorm's take 512 x 4 there), of
-# 4097-8192 one 128 x 8 CTA (8192, 6000), of 2049-4096 one 64 x 8 CTA (4096, 3000).
+# 4097-8192 one 128 x 8 CTA (8192, 6000), of 2049-4096 one 64 x 8 CTA (4096, 3000). 16-bit
+# RMSNorm's backward takes 256 x 8 with its shared memory sized to the row at 8193-12288 (9000,
+# 10000, 12288; tile_choice.h, half_wide_rows), LayerNorm's 512 x 4.
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((2400, 16384), "float32"), ((2400, 20000), "float32"),
                                          ((2400, 32768), "bfloat16"), ((2400, 24576), "float16"),
                                          ((2400, 12288), "bfloat16"), ((2400, 16384), "float16"),
-                                         ((2400, 9000), "bfloat16"), ((2400, 8192), "float16"),
+                                         ((2400, 9000), "bfloat16"), ((2400, 10000), "float16"),
+                                         ((2400, 8192), "float16"),
                                          ((2400, 6000), "bfloat16"), ((2400, 4096), "bfloat16"),
                                          ((2400, 3000), "float16")], ids=str)
 @pytest.mark.wide
@@ -89,11 +93,13 @@ def test_many_rows_wide_tiles(op, shape, dtype, rng):
 # Rows whose last warp of packs ends past the row (width not a multiple of 256 columns), in the
 # CTA-a-row backward tiles, which store each thread's scale/bias gradient partials a pack at a time
 # (row_tiles.cuh): the lanes past the row must store nothing. 4000 bf16 columns: a 256-thread
-# tile; 8000: 512 threads; 20000: the wide tile in a cluster of 2, partials in shared memory; 4000
-# float32 columns: 256 threads of 4-float packs.
+# tile; 8000: 512 threads; 20000: the wide tile in a cluster of 2, partials in shared memory;
+# 10000: RMSNorm's 256 x 8 tile, its shared memory sized to the row, one row a worker (the scale
+# read from global memory); 4000 float32 columns: 256 threads of 4-float packs.
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((64, 4000), "bfloat16"), ((40, 8000), "bfloat16"),
-                                         ((24, 20000), "bfloat16"), ((64, 4000), "float32")], ids=str)
+                                         ((24, 20000), "bfloat16"), ((40, 10000), "bfloat16"),
+                                         ((64, 4000), "float32")], ids=str)
 def test_partial_warp_rows(op, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype])
 

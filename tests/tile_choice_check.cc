@@ -1,5 +1,6 @@
 // Host check of the CUDA dispatch table: for every op budget, element size and row width, the
-// tile choose_tile returns (and fwd_launch_tile's, for a few row counts, one_pack_rows's and warp_rows's)
+// tile choose_tile returns (and fwd_launch_tile's, for a few row counts, one_pack_rows's, warp_rows's
+// and half_wide_rows's)
 // is instantiated (listed in JN_FOR_EACH_TILE and allowed by tile_possible for that budget) and
 // holds the whole row. Built and run by test_host_programs.py.
 #include <cstdio>
@@ -55,7 +56,8 @@ int main() {
              {"softmax forward 16-bit",
               with_narrow_cta_alone(with_cluster_cta_alone(with_small_spread(kHeldRowForwardBudget), true), 512, 768), 2},
              {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2},
-             {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2}};
+             {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2},
+             {"norm backward 16-bit, half-wide rows", with_half_wide(norm_backward_budget(2), true), 2}};
   long passed = 0, failed = 0;
   for (const auto& op : ops) {
     const int vec = 16 / op.elem_bytes;
@@ -74,7 +76,9 @@ int main() {
             if (warp_rows_of > 0 && op.budget.warp_rows == 0) break;
             const TileChoice c1 = rows > 0 ? fwd_launch_tile(cols, rows, vec, vectorizable, clusters, 132, op.budget) : c0;
             const TileChoice c2 = one_pack ? one_pack_rows(c1, op.budget) : c1;
-            const TileChoice c = warp_rows_of > 0 ? warp_rows(c2, cols, vec, warp_rows_of, 132, op.budget) : c2;
+            const TileChoice c3 = warp_rows_of > 0 ? warp_rows(c2, cols, vec, warp_rows_of, 132, op.budget) : c2;
+            // And half_wide_rows of it, for the norm backward's one or two column sums (and the scale).
+            const TileChoice c = half_wide_rows(c3, cols, vec, 2 + (cols % 2), op.budget);
             bool ok;
             if (c.loop_tpr > 0) {
               ok = c.loop_tpr == 32 || c.loop_tpr == 512;

@@ -390,11 +390,13 @@ struct NormBwdOp {
   static constexpr bool kPlain16 = kFixable && kPlainDx && !kBiasGrad;
   static_assert(kFixable || !kFixed, "only the 16-bit norms' backward reading a 16-bit row has a fixed-flag op");
   static constexpr int kFixedCtas = kPlainDx || std::is_same<T, __half>::value ? 3 : 2;
-  static constexpr TileBudget kBudget = with_bwd_256x2_ctas(
-      with_warp_rows(with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
-                                        Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
-                     kPlain16 ? 112 : 0),
-      kPlain16 ? 3 : kFixed ? kFixedCtas : 2);
+  static constexpr TileBudget kBudget = with_half_wide(
+      with_bwd_256x2_ctas(
+          with_warp_rows(with_one_pack_rows(with_async_exchange(norm_backward_budget(sizeof(T))),
+                                            Dx::kHoldsThirdRow && sizeof(T) == 2 && sizeof(A) == 2),
+                         kPlain16 ? 112 : 0),
+          kPlain16 ? 3 : kFixed ? kFixedCtas : 2),
+      kPlain16);
 
   const A* xin;  // x (or h), or y in memory-efficient mode
   const T* dy;

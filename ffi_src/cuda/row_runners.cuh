@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -120,19 +121,31 @@ struct BwdRunner {
     return workers;
   }
 
+  // The half-wide tile's shared memory is sized to the row (tile_choice.h, half_wide_smem), the
+  // others' to the tile; so are the workers resident.
+  template <int kTPR, int kBlock, int kPacks, int kCluster, bool kHeld, class K>
+  std::pair<size_t, int> smem_and_resident(K kernel) const {
+    constexpr size_t tile_smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, kHeld>();
+    if constexpr (half_wide_bwd<Op, kBlock, kPacks>()) {
+      const size_t smem = half_wide_smem(cols, kVecOf<typename Op::Type>, Op::kColumnSums + (kHeld ? 1 : 0), Op::kBudget);
+      return {smem, resident_workers(kernel, kBlock, kCluster, smem)};
+    } else {
+      static const int resident = resident_workers(kernel, kBlock, kCluster, tile_smem);
+      return {tile_smem, resident};
+    }
+  }
+
   template <int kTPR, int kBlock, int kPacks, int kCluster>
   ffi::Error tile() {
     if constexpr (held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>()) {
       // Held where a worker has several rows (row_tiles.cuh, held_scale_bwd).
       auto held = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster, true>;
-      constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, true>();
-      static const int resident = resident_workers(held, kBlock, kCluster, smem);
+      const auto [smem, resident] = smem_and_resident<kTPR, kBlock, kPacks, kCluster, true>(held);
       const int64_t workers = resident > 0 ? tile_workers<kTPR, kBlock, kPacks, kCluster>(resident) : 0;
       if (workers > 0 && rows_per_group > workers) return launch_tile<kBlock, kCluster>(held, smem, workers);
     }
     auto kernel = tile_bwd_kernel<Op, kTPR, kBlock, kPacks, kCluster>;
-    constexpr size_t smem = tile_bwd_smem<Op, kTPR, kBlock, kPacks, kCluster, false>();
-    static const int resident = resident_workers(kernel, kBlock, kCluster, smem);
+    const auto [smem, resident] = smem_and_resident<kTPR, kBlock, kPacks, kCluster, false>(kernel);
     if (resident == 0) return loop<512, 512>();
     const int64_t workers = tile_workers<kTPR, kBlock, kPacks, kCluster>(resident);
     if (workers > kMaxGridX / kCluster)

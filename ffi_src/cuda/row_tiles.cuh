@@ -336,12 +336,17 @@ constexpr int bwd_held_registers() {
 // residual-add ops spill 24-144 bytes: they keep 2. The RMSNorm op's kernel with runtime flags
 // serves its memory-efficient mode and LayerNorm without a bias, which run 3 an SM untimed.
 template <class Op, int kBlock, int kPacks>
+constexpr bool half_wide_bwd() {  // tile_choice.h, half_wide_rows
+  return Op::kBudget.half_wide && kBlock == Op::kBudget.max_block / 2 && kPacks == 2 * Op::kBudget.wide_packs;
+}
+template <class Op, int kBlock, int kPacks>
 constexpr int bwd_min_ctas_per_sm() {
   if constexpr (Op::kColumnSums == 0) {
     if (Op::kFitsTwice && kBlock >= 512 && bwd_held_registers<Op, kPacks>() <= 32)
       return 2;
   }
   if (Op::kBudget.one_pack_rows && kPacks == 1) return 1024 / kBlock;  // tile_choice.h, one_pack_rows
+  if (half_wide_bwd<Op, kBlock, kPacks>()) return 2;
   if (kBlock == 256 && kPacks == 2) return Op::kBudget.bwd_256x2_ctas;
   return kBlock >= 512 || kPacks > 4 ? 1 : 512 / kBlock;
 }
@@ -435,7 +440,8 @@ struct BwdRowPacks<Op, kPacks, true> {
 // results/h100.md). With one sum, get() gives a zero bias partial and put() drops it.
 template <class Op, int kBlock, int kPacks>
 constexpr bool partials_in_smem() {
-  return Op::kColumnSums > 0 && kPacks > Op::kBudget.block_packs && kBlock == Op::kBudget.max_block;
+  return Op::kColumnSums > 0 && kPacks > Op::kBudget.block_packs &&
+         (kBlock == Op::kBudget.max_block || half_wide_bwd<Op, kBlock, kPacks>());
 }
 
 template <class Op, int kBlock, int kPacks>
@@ -448,7 +454,7 @@ constexpr size_t column_partials_smem() {
 template <int kPacks, int V, int kBlock, bool kInSmem, int kSums>
 struct ColumnPartials {
   float g[kPacks][V], b[kPacks][V];
-  __device__ ColumnPartials() {
+  __device__ explicit ColumnPartials(int = kPacks) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
 #pragma unroll
@@ -469,20 +475,24 @@ struct ColumnPartials {
 
 extern __shared__ float4 jn_dynamic_smem[];
 
+// `used`: the packs a thread of the tile has in the row, the layout's stride (the half-wide tile's
+// shared memory is sized to the row: half_wide_smem); kPacks for the others.
 template <int kPacks, int V, int kBlock, int kSums>
 struct ColumnPartials<kPacks, V, kBlock, true, kSums> {
   static_assert(V % 4 == 0, "packs of whole float4s");
   static constexpr int Q = V / 4;
-  __device__ static float4& at(int which, int p, int q) {
-    return jn_dynamic_smem[((which * kPacks + p) * Q + q) * kBlock + threadIdx.x];
+  const int used;
+  __device__ float4& at(int which, int p, int q) const {
+    return jn_dynamic_smem[((which * used + p) * Q + q) * kBlock + threadIdx.x];
   }
-  __device__ ColumnPartials() {
+  __device__ explicit ColumnPartials(int used_packs = kPacks) : used(used_packs) {
 #pragma unroll
     for (int w = 0; w < kSums; ++w)
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
 #pragma unroll
-        for (int q = 0; q < Q; ++q) at(w, p, q) = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q = 0; q < Q; ++q)
+          if (p < used) at(w, p, q) = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   __device__ void get(int p, float (&gp)[V], float (&bp)[V]) const {
 #pragma unroll
@@ -598,17 +608,20 @@ __global__ void __launch_bounds__(kBlock, bwd_min_ctas_per_sm<Op, kBlock, kPacks
   const int64_t stride = workers * kRowsPerCta;
   const int64_t group_row0 = static_cast<int64_t>(blockIdx.y) * rows_per_group;
   row_reduce_init<kCluster>(red);
-  ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kBlock, kPacks>(), Op::kColumnSums> parts;
+  constexpr int W = kBlock * V, S = W * kCluster;
+  // The half-wide tile's shared memory holds the packs its threads have in the row (half_wide_smem).
+  const int used = half_wide_bwd<Op, kBlock, kPacks>() ? static_cast<int>(min((cols + W - 1) / W, int64_t{kPacks}))
+                                                       : kPacks;
+  ColumnPartials<kPacks, V, kBlock, partials_in_smem<Op, kBlock, kPacks>(), Op::kColumnSums> parts(used);
 
   // Held tiles (held_scale_bwd): the scale's slice after the partials, then the staged slices of
   // a and dy; W columns a segment, S a segment of the cluster. Pack p's op reads the scale at col
   // from segment p of the slice (`at_pack`); other tiles read it from global memory.
   constexpr bool kHeld = kHold && held_scale_bwd<Op, kTPR, kBlock, kPacks, kCluster>();
   constexpr bool kStaged = kHeld && staged_bwd_rows<Op, kBlock, kPacks, kCluster>();
-  constexpr int W = kBlock * V, S = W * kCluster;
   using A = typename Op::RowType;
-  float* const gs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(jn_dynamic_smem) +
-                                             column_partials_smem<Op, kBlock, kPacks>());
+  float* const gs = reinterpret_cast<float*>(jn_dynamic_smem) +
+                    column_partials_smem<Op, kBlock, kPacks>() / sizeof(float) / kPacks * used;
   A* const as = reinterpret_cast<A*>(gs + kPacks * W);
   T* const ds = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(as) + kPacks * W * sizeof(A));
   __shared__ alignas(8) unsigned long long full[1];  // staged: the row's copies

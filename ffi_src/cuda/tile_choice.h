@@ -36,6 +36,7 @@ struct TileBudget {
   bool wide_alone = false;  // rows of one wide tile (max_block x wide_packs) take it in one CTA
   bool cluster_cta_alone = false;  // rows of one cluster CTA's packs take that CTA, not max_block x block_packs
   int narrow_alone_min = 0, narrow_alone_max = 0;  // with it, rows of (min, max] packs take a narrower CTA alone
+  bool half_wide = false;  // half_wide_rows may give the wide tile's rows max_block / 2 threads of twice the packs
 };
 
 // Forwards hold x: 4 packs (16 floats of float32, 32 of 16-bit types) at 512 threads. The L2
@@ -236,6 +237,31 @@ inline TileChoice one_pack_rows(TileChoice c, TileBudget budget) {
   return c;
 }
 
+// A budget whose one-CTA wide rows may take half the threads of twice the packs (half_wide_rows).
+constexpr TileBudget with_half_wide(TileBudget budget, bool on) {
+  budget.half_wide = on;
+  return budget;
+}
+// The 16-bit norm backward's one-CTA wide tile (512 x 4, 8193-16384 columns) holds one row a CTA
+// and one CTA an SM (94 registers; its column partials and held scale in shared memory sized to
+// the tile): a 9000-column row is 36 KB of x and dy in flight an SM, and the backward took 1.15x
+// its time at 16384 for the same bytes, DRAM 67% against 77% at the same issue rate (H200, Nsight
+// Compute, results/h200-ln-staged). Rows whose partials and scale (`floats_a_column` floats a
+// column, sized to the row's packs) fit twice an SM take 256 threads of 8 packs, two CTAs an SM:
+// two rows in flight at the same warps.
+constexpr int64_t kHalfWideSmemPerSm = 227 * 1024 - 2 * 4096;  // less each CTA's static shared memory
+inline int64_t half_wide_smem(int64_t cols, int vec, int floats_a_column, TileBudget budget) {
+  const int64_t w = int64_t{budget.max_block / 2} * vec;  // columns a pack of the CTA covers
+  return (cols + w - 1) / w * w * floats_a_column * 4;
+}
+inline TileChoice half_wide_rows(TileChoice c, int64_t cols, int vec, int floats_a_column, TileBudget budget) {
+  if (!budget.half_wide || c.loop_tpr > 0 || c.cluster != 1 || c.tpr != budget.max_block ||
+      c.packs != budget.wide_packs || 2 * half_wide_smem(cols, vec, floats_a_column, budget) > kHalfWideSmemPerSm)
+    return c;
+  c.tpr = c.block = budget.max_block / 2, c.packs = 2 * budget.wide_packs;
+  return c;
+}
+
 // Rows of 64 threads of block_packs packs in launches of many rows as one warp of twice the packs,
 // four rows a 128-thread CTA: a row reduces by shuffles alone (no CTA barrier), and the SM holds
 // twice the rows at the same warps. 16-bit RMSNorm backward, against 64 threads of 2 packs (H200,
@@ -350,6 +376,8 @@ constexpr bool tile_possible(TileBudget budget) {
       (kTPR == budget.cluster_block ||
        (kTPR >= 64 && kTPR < budget.cluster_block && kTPR * budget.cluster_packs > budget.narrow_alone_min &&
         kTPR * budget.cluster_packs / 2 < budget.narrow_alone_max)))
+    return true;
+  if (budget.half_wide && kCluster == 1 && kTPR == max_block / 2 && kBlock == kTPR && kPacks == 2 * wide_packs)
     return true;
   if (kCluster == 1)
     return (kPacks == block_packs && kBlock == cta_threads(kTPR, budget)) || (wide && (budget.wide_first || budget.wide_alone));
