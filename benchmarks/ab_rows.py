@@ -6,11 +6,13 @@
     python benchmarks/ab_rows.py base1 32768,262144 bfloat16 rms_norm+bwd,layer_norm+bwd
 
 A width alone means rows of 2^27 elements in all; ROWSxCOLS names both. OPS: rms_norm, layer_norm
-(float32 scale and bias), softmax, log_softmax, each alone (the forward) or with `+bwd` (the
-forward and backward: jax.vjp over x and the norm's parameters, pulled back from a random dy, as
-bench.py's fwd+bwd). Each line printed is one shape's median device time (the JAX profiler's kernel
+(float32 scale and bias), softmax, log_softmax, add_rms_norm, add_layer_norm (the residual-add
+norms, r in x's dtype), each alone (the forward) or with `+bwd` (the forward and backward: jax.vjp
+over x and the norm's parameters, pulled back from a random dy, for the residual-add norms into y
+and h, as bench.py's and bench_add_norm.py's fwd+bwd). Each line printed is one shape's median device time (the JAX profiler's kernel
 events, inputs rotated over more memory than L2, as bench.py times them) and its TB/s of the
-fewest bytes (read x, write y; with the backward also read x or y, read dy, write dx); the lines
+fewest bytes (read x, write y; with the backward also read x or y, read dy, write dx; the
+residual-add norms' are bench_add_norm.py's, twice as many); the lines
 go to $OUT/rows-LABEL.json too (OUT defaults to /tmp). No output is checked: the suite does that
 for the same kernels.
 
@@ -48,16 +50,30 @@ def time_rows(label, widths, dtypes, ops):
             bias = jax.random.normal(ks[n + 1], (cols,), jnp.float32)
             # Each op over (x, the parameters it differentiates in the backward).
             fns = {"layer_norm": (jaxnorm.layer_norm, (scale, bias)), "rms_norm": (jaxnorm.rms_norm, (scale,)),
-                   "softmax": (jaxnorm.softmax, ()), "log_softmax": (jaxnorm.log_softmax, ())}
-            dys = None
+                   "softmax": (jaxnorm.softmax, ()), "log_softmax": (jaxnorm.log_softmax, ()),
+                   "add_layer_norm": (lambda x, s, b, r: jaxnorm.layer_norm(x, s, b, residual=r), (scale, bias)),
+                   "add_rms_norm": (lambda x, s, r: jaxnorm.rms_norm(x, s, residual=r), (scale,))}
+            dys = rs = None
             for op in ops:
-                f, params = fns[op.removesuffix("+bwd")]
+                name = op.removesuffix("+bwd")
+                f, params = fns[name]
+                add = name.startswith("add_")
+                if add and rs is None:
+                    rs = [jax.random.normal(k, (rows, cols), jnp.float32).astype(dtype)
+                          for k in jax.random.split(ks[n], n)]
                 if op.endswith("+bwd"):
                     if dys is None:
                         dys = [jax.random.normal(k, (rows, cols), jnp.float32).astype(dtype)
                                for k in jax.random.split(ks[n + 1], n)]
-                    fn = jax.jit(lambda dy, *a, f=f: (lambda y, pull: (y, pull(dy)))(*jax.vjp(f, *a)))
-                    args, moved = [(dy, x, *params) for dy, x in zip(dys, xs)], nbytes * 5 // 2
+                    if add:  # r closed over; y's and h's cotangents
+                        fn = jax.jit(lambda dy, r, *a, f=f: (lambda y, pull: (y, pull((dy, dy))))(
+                            *jax.vjp(lambda *a: f(*a, r), *a)))
+                        args, moved = [(dy, r, x, *params) for dy, r, x in zip(dys, rs, xs)], nbytes * 4
+                    else:
+                        fn = jax.jit(lambda dy, *a, f=f: (lambda y, pull: (y, pull(dy)))(*jax.vjp(f, *a)))
+                        args, moved = [(dy, x, *params) for dy, x in zip(dys, xs)], nbytes * 5 // 2
+                elif add:
+                    fn, args, moved = jax.jit(f), [(x, *params, r) for x, r in zip(xs, rs)], nbytes * 2
                 else:
                     fn, args, moved = jax.jit(f), [(x, *params) for x in xs], nbytes
                 t = device_time(fn, args, reps=5)["median"]
@@ -65,7 +81,7 @@ def time_rows(label, widths, dtypes, ops):
                       flush=True)
                 out.append(dict(label=label, dtype=dtype, op=op, rows=rows, cols=cols, us=t * 1e6,
                                 tbs=moved / t / 1e12))
-            del xs, dys
+            del xs, dys, rs
     with open(os.path.join(os.environ.get("OUT", "/tmp"), f"rows-{label}.json"), "w") as f:
         json.dump(out, f)
 

@@ -75,8 +75,8 @@ def test_many_wide_rows(op, names, shape, dtype, rng):
 # last segment); 16-bit LayerNorm's rows of 8193-16384 columns one 256 x 8 CTA (12288, 16384 and
 # 9000, whose last warp's packs lie partly past the row; RMSNorm's take 512 x 4 there), of
 # 4097-8192 one 128 x 8 CTA (8192, 6000), of 2049-4096 one 64 x 8 CTA (4096, 3000). 16-bit
-# RMSNorm's backward takes 256 x 8 with its shared memory sized to the row at 8193-12288 (9000,
-# 10000, 12288; tile_choice.h, half_wide_rows), LayerNorm's 512 x 4.
+# RMSNorm's backward takes 256 x 8 with its shared memory sized to the row at 8193-10240 (9000,
+# 10000; tile_choice.h, half_wide_rows), 512 x 4 at 12288, as LayerNorm's does.
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((2400, 16384), "float32"), ((2400, 20000), "float32"),
                                          ((2400, 32768), "bfloat16"), ((2400, 24576), "float16"),
@@ -94,11 +94,12 @@ def test_many_rows_wide_tiles(op, shape, dtype, rng):
 # CTA-a-row backward tiles, which store each thread's scale/bias gradient partials a pack at a time
 # (row_tiles.cuh): the lanes past the row must store nothing. 4000 bf16 columns: a 256-thread
 # tile; 8000: 512 threads; 20000: the wide tile in a cluster of 2, partials in shared memory;
-# 10000: RMSNorm's 256 x 8 tile, its shared memory sized to the row, one row a worker (the scale
-# read from global memory); 4000 float32 columns: 256 threads of 4-float packs.
+# 264 x 10000: RMSNorm's 256 x 8 tile, its shared memory sized to the row, at its fewest rows (two
+# an SM of 132: one row a worker, the scale read from global memory); 4000 float32 columns: 256
+# threads of 4-float packs.
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((64, 4000), "bfloat16"), ((40, 8000), "bfloat16"),
-                                         ((24, 20000), "bfloat16"), ((40, 10000), "bfloat16"),
+                                         ((24, 20000), "bfloat16"), ((264, 10000), "bfloat16"),
                                          ((64, 4000), "float32")], ids=str)
 def test_partial_warp_rows(op, shape, dtype, rng):
     check_op(op, rng, shape, DTYPES[dtype])

@@ -77,8 +77,10 @@ int main() {
             const TileChoice c1 = rows > 0 ? fwd_launch_tile(cols, rows, vec, vectorizable, clusters, 132, op.budget) : c0;
             const TileChoice c2 = one_pack ? one_pack_rows(c1, op.budget) : c1;
             const TileChoice c3 = warp_rows_of > 0 ? warp_rows(c2, cols, vec, warp_rows_of, 132, op.budget) : c2;
-            // And half_wide_rows of it, for the norm backward's one or two column sums (and the scale).
-            const TileChoice c = half_wide_rows(c3, cols, vec, 2 + (cols % 2), op.budget);
+            // And half_wide_rows of it (at 2^20 rows for budgets without warp rows), for the norm
+            // backward's one or two column sums (and the scale).
+            const TileChoice c = half_wide_rows(c3, cols, vec, warp_rows_of > 0 ? warp_rows_of : (1L << 20), 132,
+                                                2 + (cols % 2), op.budget);
             bool ok;
             if (c.loop_tpr > 0) {
               ok = c.loop_tpr == 32 || c.loop_tpr == 512;
