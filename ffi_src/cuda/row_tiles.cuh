@@ -173,11 +173,28 @@ constexpr bool early_params() {
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
 }
 
+// The residual-add forward's 128-thread tiles of 4 packs (16-bit x and r, up to 1024 columns)
+// hold h as floats: 73-77 registers, six CTAs an SM, 24 of 64 warps (bf16 at 32768 x 1024: DRAM
+// 66-71% busy against the plain forward's 67-70% at two thirds the bytes, Nsight Compute,
+// results/h200-half-wide). Bounded at eight they take 62-64 registers, no spills; a float32 r
+// spilled (the op keeps the default there). Op::kCtas128x4: the bound those tiles ask for. The
+// early-parameter variant (a wave or less) keeps its registers.
+template <class Op, class = void>
+struct Ctas128x4 : std::integral_constant<int, 1> {};
+template <class Op>
+struct Ctas128x4<Op, std::void_t<decltype(Op::kCtas128x4)>> : std::integral_constant<int, Op::kCtas128x4> {};
+template <class Op, int kBlock, int kPacks, int kCluster, bool kEarlyParams>
+constexpr int tile_fwd_min_ctas() {
+  constexpr int base = min_ctas_per_sm<Op, kBlock, kPacks, kCluster>();
+  constexpr int asked = !kEarlyParams && kBlock == 128 && kPacks == 4 ? Ctas128x4<Op>::value : 1;
+  return asked > base ? asked : base;
+}
+
 // kReplicas > 1 (tile_choice.h, spread_small_launch): kReplicas CTAs a row, one an SM, each
 // reducing the whole row and storing (and loading the parameters of) packs p % kReplicas == its
 // slice.
 template <class Op, int kTPR, int kBlock, int kPacks, int kCluster, bool kEarlyParams = false, int kReplicas = 1>
-__global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : min_ctas_per_sm<Op, kBlock, kPacks, kCluster>())
+__global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : tile_fwd_min_ctas<Op, kBlock, kPacks, kCluster, kEarlyParams>())
     tile_fwd_kernel(Op op, int64_t rows, int64_t cols) {
   static_assert(kReplicas == 1 || (kCluster == 1 && kBlock == kTPR && kPacks % kReplicas == 0), "a replica is a CTA a row");
   const int slice = kReplicas > 1 ? static_cast<int>(blockIdx.x % kReplicas) : 0;
