@@ -7,11 +7,11 @@
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; exec > >(tee -a $OUT/log.txt) 2>&1
 R=$PWD
 BASE=00da942 TEST_TIMEOUT=130 AB_UNTIL=400 \
-  TESTS="$R/tests/test_add_norm.py $R/tests/test_norm.py::test_many_rows_wide_tiles $R/tests/test_norm.py::test_partial_warp_rows $R/tests/test_norm.py::test_memory_efficient_wide_rows $R/tests/test_norm.py::test_matches_reference" \
+  TESTS="$R/tests/test_add_norm.py $R/tests/test_norm.py::test_many_rows_wide_tiles $R/tests/test_norm.py::test_partial_warp_rows $R/tests/test_norm.py::test_memory_efficient_wide_rows" \
   ROWS="256,1024,3000,4096,2048 bfloat16,float16 add_rms_norm,add_layer_norm" \
   ROWS2="1024,1024x1024,8x1024 bfloat16 add_rms_norm+bwd,add_layer_norm+bwd,add_layer_norm,rms_norm" \
   bash benchmarks/ab_two_builds.sh
-cd /tmp; export XLA_PYTHON_CLIENT_MEM_FRACTION=0.8
+cd /tmp; mkdir -p /tmp/ab9; export XLA_PYTHON_CLIENT_MEM_FRACTION=0.8
 for i in 1 2; do for m in new old; do
   [ $SECONDS -gt 540 ] && { echo "skip b9 $m$i"; continue; }
   if [ $m = old ]; then e=JAXNORM_TEMP_NO_HALFWIDE=1; else e=X=1; fi
