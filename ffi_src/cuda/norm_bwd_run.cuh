@@ -3,8 +3,6 @@
 // scale/bias gradient partials.
 #pragma once
 
-#include <cstdlib>
-
 #include "common/signatures.h"
 #include "cuda/norm_ops.cuh"
 #include "cuda/row_runners.cuh"
@@ -56,9 +54,8 @@ ffi::Error run_norm_bwd(const Op& op, Rows s, bool aligned, ffi::Result<ffi::Any
   // mode share the op and were not measured).
   if (!op.f.centered && !op.f.memory_efficient)
     c = warp_rows(c, s.cols, kVecOf<typename Op::Type>, s.rows, device_facts().sms, Op::kBudget);
-  static const bool temp_no_half = std::getenv("JAXNORM_TEMP_NO_HALFWIDE") != nullptr;  // TEMP A/B
-  if (!temp_no_half) c = half_wide_rows(c, s.cols, kVecOf<typename Op::Type>, s.rows, device_facts().sms, Op::kColumnSums + 1,
-                                          Op::kBudget);
+  c = half_wide_rows(c, s.cols, kVecOf<typename Op::Type>, s.rows, device_facts().sms, Op::kColumnSums + 1,
+                     Op::kBudget);
   const auto runner_of = [&](const auto& o) {
     return BwdRunner<std::decay_t<decltype(o)>>{o,
                                                 s.rows / groups,

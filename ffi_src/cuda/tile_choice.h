@@ -250,9 +250,12 @@ constexpr TileBudget with_half_wide(TileBudget budget, bool on) {
 // two CTAs an SM (their partials and scale, `floats_a_column` floats a column, in shared memory
 // sized to the row): two rows in flight at the same warps. bf16 / fp16 RMSNorm fwd+bwd (H200, one
 // build, results/h200-half-wide): 1.08x at 9000 columns, 1.04 / 1.00x at 10240, but 0.95x at
-// 12288 (3/4 full: a thread's chain of 8 packs costs more than the second row gives) and 0.89x
-// at 64 rows (one row an SM: the longer chain alone), hence the bound and two rows an SM.
+// 12288 (3/4 full: a thread's chain of 8 packs costs more than the second row gives); by rows a
+// launch at 9000 (bf16): 0.89x at 64, 0.87x at 264 (two an SM), 0.98x at 1056 (8), 1.06x at 4096
+// (31), 1.08x at 14913. Hence the bound and 16 rows an SM (kHalfWideRowsPerSm, between the last
+// loss and the first gain).
 constexpr int64_t kHalfWideSmemPerSm = 227 * 1024 - 2 * 4096;  // less each CTA's static shared memory
+constexpr int64_t kHalfWideRowsPerSm = 16;
 inline int64_t half_wide_smem(int64_t cols, int vec, int floats_a_column, TileBudget budget) {
   const int64_t w = int64_t{budget.max_block / 2} * vec;  // columns a pack of the CTA covers
   return (cols + w - 1) / w * w * floats_a_column * 4;
@@ -261,7 +264,7 @@ inline TileChoice half_wide_rows(TileChoice c, int64_t cols, int vec, int64_t ro
                                  TileBudget budget) {
   const int64_t tile_cols = int64_t{budget.max_block} * budget.wide_packs * vec;
   if (!budget.half_wide || c.loop_tpr > 0 || c.cluster != 1 || c.tpr != budget.max_block ||
-      c.packs != budget.wide_packs || 8 * cols > 5 * tile_cols || rows < 2 * int64_t{sms} ||
+      c.packs != budget.wide_packs || 8 * cols > 5 * tile_cols || rows < kHalfWideRowsPerSm * sms ||
       2 * half_wide_smem(cols, vec, floats_a_column, budget) > kHalfWideSmemPerSm)
     return c;
   c.tpr = c.block = budget.max_block / 2, c.packs = 2 * budget.wide_packs;
