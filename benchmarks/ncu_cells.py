@@ -7,7 +7,8 @@ and QuACK from the PyTorch profiler (results/h200-f32-bwd: the two disagreed by 
 DIR/LIB__OP__DIRECTION__RxC__DTYPE__CALLS.csv (DIRECTION fwd or fwdbwd) holds one process's kernels: CALLS calls of the op
 (profile_one.py for jaxnorm, quack_once.py for QuACK), caches flushed by ncu before every kernel.
 A call's time is the sum of its kernels' gpu__time_duration (the kernels split evenly over the
-calls, in launch order); a cell's is the median over its calls. TB/s counts bench.py's bytes.
+calls, in launch order); a cell's is the median over its calls. TB/s counts bench.py's bytes
+(bench_add_norm.py's for the residual-add norms, profile_one.py's add_layer_norm and add_rms_norm).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def cell_time(csv_path: Path, calls: int):
     return statistics.median(per_call) if even else sum(per_call) / calls, label, even
 
 
+def cell_bytes(op: str, direction: str, rows: int, cols: int, itemsize: int) -> int:
+    if op.startswith("add_"):  # read x and r, write y and h; the backward reads h, dy, dh, writes dx
+        return (4 if direction == "fwd" else 8) * rows * cols * itemsize
+    return min_bytes(op, direction, rows, cols, itemsize)
+
+
 def table(directory: str) -> str:
     cells = {}
     for p in sorted(Path(directory).glob("*.csv")):
@@ -53,7 +60,7 @@ def table(directory: str) -> str:
     lines = ["| dtype | op | direction | shape | jaxnorm µs (TB/s) | QuACK µs (TB/s) | jaxnorm / QuACK speed | "
              "jaxnorm kernels | QuACK kernels |", "|---|---|---|---|---|---|---|---|---|"]
     for (dtype, op, direction, cols, rows), libs in sorted(cells.items()):
-        nb = min_bytes(op, direction, rows, cols, ITEMSIZE[dtype])
+        nb = cell_bytes(op, direction, rows, cols, ITEMSIZE[dtype])
         row = [dtype, op, direction, f"{rows}x{cols}"]
         times = {}
         for lib in ("jaxnorm", "quack"):

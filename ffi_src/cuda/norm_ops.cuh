@@ -280,7 +280,7 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   static constexpr bool kSplitPacks = false;  // r and h are read and written whole
   static constexpr bool kSpecializes = false;  // its store() is its own
   static constexpr TileBudget kBudget = kForwardBudget;  // h is held as floats: 64 registers of 8 packs
-  static constexpr int kCtas128x4 = sizeof(R) == 2 ? 8 : 1;  // row_tiles.cuh, tile_fwd_min_ctas
+  static constexpr int kFourPackRegs = sizeof(R) == 2 ? 64 : 0;  // row_tiles.cuh, tile_fwd_min_ctas
 
   const R* residual;
   H* h;

@@ -173,23 +173,25 @@ constexpr bool early_params() {
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
 }
 
-// The residual-add forward's 128-thread tiles of 4 packs (16-bit x and r, up to 1024 columns)
-// hold h as floats: 73-77 registers, six CTAs an SM, 24 of 64 warps (bf16 at 32768 x 1024: DRAM
-// 66-71% busy against the plain forward's 67-70% at two thirds the bytes, Nsight Compute,
-// results/h200-half-wide). Bounded at eight they take 62-64 registers, no spills; a float32 r
-// spilled (the op keeps the default there). Two builds in one call (H200, 2^27 elements): bf16 /
-// fp16 residual-add forward 1.04-1.15x (LayerNorm) and 1.05x (RMSNorm) at 256-1024 columns,
-// 1.03-1.15x at 3000-4096; fwd+bwd at 1024 LayerNorm 1.06x, RMSNorm 1.03x; 2048 columns (64-thread
-// CTAs) and launches of a wave level. Op::kCtas128x4: the bound those tiles ask for. The
-// early-parameter variant (a wave or less) keeps its registers.
+// The residual-add forward's tiles of 4 packs and 64-256 threads (16-bit x and r, up to 8192
+// columns) hold h as floats: 68-77 registers, 24 warps an SM (bf16 at 32768 x 1024: DRAM 66-71%
+// busy against the plain forward's 67-70% at two thirds the bytes, Nsight Compute,
+// results/h200-half-wide). Bounded at 64 registers (eight 128-thread CTAs an SM) they take 62-64,
+// no spills; a float32 r spilled (the op keeps the default there). The 128-thread tiles at eight,
+// two builds in one call (H200, 2^27 elements): bf16 / fp16 residual-add forward 1.04-1.15x
+// (LayerNorm) and 1.05x (RMSNorm) at 256-1024 columns, 1.03-1.15x at 3000-4096; fwd+bwd at 1024
+// LayerNorm 1.06x, RMSNorm 1.03x; launches of a wave level. Op::kFourPackRegs: the registers a
+// thread those tiles are bounded to (0: none). The early-parameter variant (a wave or less) keeps
+// its registers.
 template <class Op, class = void>
-struct Ctas128x4 : std::integral_constant<int, 1> {};
+struct FourPackRegs : std::integral_constant<int, 0> {};
 template <class Op>
-struct Ctas128x4<Op, std::void_t<decltype(Op::kCtas128x4)>> : std::integral_constant<int, Op::kCtas128x4> {};
+struct FourPackRegs<Op, std::void_t<decltype(Op::kFourPackRegs)>> : std::integral_constant<int, Op::kFourPackRegs> {};
 template <class Op, int kBlock, int kPacks, int kCluster, bool kEarlyParams>
 constexpr int tile_fwd_min_ctas() {
   constexpr int base = min_ctas_per_sm<Op, kBlock, kPacks, kCluster>();
-  constexpr int asked = !kEarlyParams && kBlock == 128 && kPacks == 4 ? Ctas128x4<Op>::value : 1;
+  constexpr int regs = FourPackRegs<Op>::value;
+  constexpr int asked = !kEarlyParams && kPacks == 4 && kBlock >= 64 && kBlock <= 256 && regs > 0 ? 65536 / (kBlock * regs) : 1;
   return asked > base ? asked : base;
 }
 
