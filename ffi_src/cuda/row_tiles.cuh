@@ -191,7 +191,8 @@ template <class Op, int kBlock, int kPacks, int kCluster, bool kEarlyParams>
 constexpr int tile_fwd_min_ctas() {
   constexpr int base = min_ctas_per_sm<Op, kBlock, kPacks, kCluster>();
   constexpr int regs = FourPackRegs<Op>::value;
-  constexpr int asked = !kEarlyParams && kPacks == 4 && kBlock >= 64 && kBlock <= 256 && regs > 0 ? 65536 / (kBlock * regs) : 1;
+  constexpr bool bounded = !kEarlyParams && kPacks == 4 && kBlock >= 64 && kBlock <= 256 && regs > 0;
+  constexpr int asked = bounded ? 65536 / (kBlock * regs) : 1;
   return asked > base ? asked : base;
 }
 
