@@ -5,7 +5,7 @@
 #   COMMIT=<hash> bash benchmarks/results/h200-half-wide/call5.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; exec > >(tee -a $OUT/log.txt) 2>&1
 R=$PWD
-BASE=c518014 TEST_TIMEOUT=80 AB_UNTIL=360 TESTS="$R/tests/test_add_norm.py" \
+BASE=c518014 TEST_TIMEOUT=60 AB_UNTIL=300 TESTS="$R/tests/test_add_norm.py" \
   ROWS="2048,6144,8192,16384 bfloat16,float16 add_rms_norm,add_layer_norm" \
   ROWS2="2048,8192 bfloat16 add_rms_norm+bwd,add_layer_norm+bwd" \
   bash benchmarks/ab_two_builds.sh
