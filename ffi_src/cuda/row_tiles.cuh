@@ -177,13 +177,14 @@ constexpr bool early_params() {
 // columns) hold h as floats: 68-77 registers, 24 warps an SM (bf16 at 32768 x 1024: DRAM 66-71%
 // busy against the plain forward's 67-70% at two thirds the bytes, Nsight Compute,
 // results/h200-half-wide). Bounded at 64 registers (eight 128-thread CTAs an SM) they take 62-64,
-// no spills; a float32 r spilled (the op keeps the default there). Two builds in one call each
-// (H200, 2^27 elements), bf16 / fp16 residual-add forward: the 128-thread tiles at eight CTAs
-// 1.04-1.15x (LayerNorm) and 1.05x (RMSNorm) at 256-1024 columns, 1.03-1.15x at 3000-4096; then
-// the 64- and 256-thread ones 1.03-1.05x at 2048, 1.04-1.14x at 6144-8192; fwd+bwd 1.02-1.06x at
-// 1024-8192; launches of a wave and the 512-thread tiles (16384) level. Op::kFourPackRegs: the
-// registers a thread those tiles are bounded to (0: none). The early-parameter variant (a wave or
-// less) keeps its registers.
+// no spills with r and h 16-bit, the case measured; a float32 r spilled, and so did fp16
+// LayerNorm's with a float32 h (20 bytes): the op keeps the default for both. Two builds in one
+// call each (H200, 2^27 elements), bf16 / fp16 residual-add forward: the 128-thread tiles at
+// eight CTAs 1.04-1.15x (LayerNorm) and 1.05x (RMSNorm) at 256-1024 columns, 1.03-1.15x at
+// 3000-4096; then the 64- and 256-thread ones 1.03-1.05x at 2048, 1.04-1.14x at 6144-8192;
+// fwd+bwd 1.02-1.06x at 1024-8192; launches of a wave and the 512-thread tiles (16384) level.
+// Op::kFourPackRegs: the registers a thread those tiles are bounded to (0: none). The
+// early-parameter variant (a wave or less) keeps its registers.
 template <class Op, class = void>
 struct FourPackRegs : std::integral_constant<int, 0> {};
 template <class Op>
