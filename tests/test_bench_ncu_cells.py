@@ -44,3 +44,16 @@ def test_cells_pair_the_libraries(tmp_path):
     assert cells[7] == "tile_fwd_kernel, tile_bwd_kernel, reduce_partials_kernel"
     failed = next(ln for ln in lines if "| softmax |" in ln)
     assert "| – | – | – |" in failed
+
+
+def test_residual_add_cells_count_their_bytes(tmp_path):
+    """The residual-add norms (profile_one.py's add_rms_norm) count bench_add_norm.py's bytes: read
+    x and r, write y and h forward (4 N b); the backward adds h, dy, dh read and dx written."""
+    name = "void jaxnorm::tile_fwd_kernel<jaxnorm::AddNormFwdOp<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0>>(T1)"
+    write(tmp_path / "jaxnorm__add_rms_norm__fwd__32768x1024__bfloat16__1.csv", [(name, "70,000")])
+    write(tmp_path / "jaxnorm__add_layer_norm__fwdbwd__32768x1024__bfloat16__1.csv", [(name, "150,000")])
+    lines = ncu_cells.table(str(tmp_path)).splitlines()
+    fwd = next(ln for ln in lines if "| add_rms_norm | fwd |" in ln)
+    assert f"70.0 ({4 * 32768 * 1024 * 2 / 70.0 / 1e6:.2f})" in fwd
+    both = next(ln for ln in lines if "| add_layer_norm | fwd+bwd |" in ln)
+    assert f"150.0 ({8 * 32768 * 1024 * 2 / 150.0 / 1e6:.2f})" in both
