@@ -117,6 +117,19 @@ def test_many_rows(op, dtype, shape, rng):
     check_add_norm(op, rng, shape, DTYPES[dtype], use_h=True)
 
 
+# Launches of at least 16 rows an SM (2112 on 132 SMs, 2368 on 148) of 2049-16384 16-bit columns,
+# x, r and h of one dtype, take one CTA of 8 packs a thread holding h as stored (tile_choice.h,
+# kAddNormHeldForwardBudget): 64 threads at 3000 and 4096, 128 at 6000, 256 at 9000 (its last
+# warp's packs partly past the row) and 16384.
+@op_params(NORMS)
+@pytest.mark.parametrize("shape,dtype", [((2400, 3000), "float16"), ((2400, 4096), "bfloat16"),
+                                         ((2400, 6000), "bfloat16"), ((2400, 9000), "float16"),
+                                         ((2400, 16384), "bfloat16")], ids=str)
+@pytest.mark.wide
+def test_many_rows_held_tiles(op, shape, dtype, rng):
+    check_add_norm(op, rng, shape, DTYPES[dtype], use_h=True)
+
+
 @op_params(NORMS)
 @pytest.mark.parametrize("shape", [(2100, 1024), (520, 4096)], ids=str)
 def test_many_rows_h_discarded(op, shape, rng):

@@ -187,6 +187,30 @@ __device__ __forceinline__ void unpack_again(const Pack<T, N>& pk, float (&out)[
   }
 }
 
+// N floats rounded to T as a pack, 16-bit pairs by one conversion into a 32-bit word: element
+// by element, a pack built in registers was split into 16-bit halves and merged again.
+template <class T, int N>
+__device__ __forceinline__ Pack<T, N> pack_rounded(const float (&in)[N]) {
+  Pack<T, N> pk;
+  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+    uint32_t* w = reinterpret_cast<uint32_t*>(&pk);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&pair);
+      } else {
+        const __half2 pair = __floats2half2_rn(in[2 * i], in[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&pair);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) pk.v[i] = from_float<T>(in[i]);
+  }
+  return pk;
+}
+
 template <class T, int N>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
   Pack<T, N> pk;

@@ -276,12 +276,18 @@ struct NormFwdOp {
 template <class T, class R, class H, bool kCentered>
 struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   using Base = NormFwdOp<T, kCentered>;
-  static constexpr bool kCanHoldRaw = false;  // the row held is h, not x as loaded
+  // 8-pack tiles hold h as stored, in x's packs (combine_held() below), where h has x's 16-bit
+  // dtype and r is 16-bit; the 4-pack tiles hold h as floats.
+  static constexpr bool kHoldsH = sizeof(T) == 2 && sizeof(R) == 2 && std::is_same<H, T>::value;
+  static constexpr bool kCanHoldRaw = kHoldsH;
+  static constexpr int kRawMinPacks = 8;
   static constexpr bool kSplitPacks = false;  // r and h are read and written whole
   static constexpr bool kSpecializes = false;  // its store() is its own
-  static constexpr TileBudget kBudget = kForwardBudget;  // h is held as floats: 64 registers of 8 packs
+  static constexpr TileBudget kBudget = kHoldsH ? kAddNormHeldForwardBudget : kForwardBudget;
   // row_tiles.cuh, tile_fwd_min_ctas: measured with r and h 16-bit.
   static constexpr int kFourPackRegs = sizeof(R) == 2 && sizeof(H) == 2 ? 64 : 0;
+  // h held as stored (32 registers), two packs of x and r in flight: 3 CTAs of 256 an SM.
+  static constexpr int kEightPackRegs = kHoldsH ? 85 : 0;
 
   const R* residual;
   H* h;
@@ -291,6 +297,26 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
     prefetch_l2_rows(residual, row0, nrows, this->cols, part, parts);
   }
 
+  // r's packs load beside x's, a group of packs' before any is added (row_tiles.cuh, LoadsBeside).
+  static constexpr bool kLoadsBeside = true;
+  template <int N>
+  using Beside = Pack<R, N>;
+  template <int N>
+  __device__ Pack<R, N> load_beside(int64_t row, int64_t col) const {
+    return load_raw<R, N>(residual + row * this->cols + col);
+  }
+  // x's pack as loaded becomes h's as stored (kHoldsH: H is T); store() writes it back exactly.
+  // On the packs' 32-bit words (unpack_again, pack_rounded): element by element the packs were
+  // split into 16-bit halves, and the 8-pack tiles spilled 44-140 bytes.
+  template <int N>
+  __device__ void combine_held(Pack<T, N>& raw, const Pack<R, N>& r) const {
+    float a[N], b[N];
+    unpack_again(raw, a);
+    unpack_again(r, b);
+#pragma unroll
+    for (int i = 0; i < N; ++i) a[i] += b[i];
+    raw = pack_rounded<T, N>(a);
+  }
   template <int N>
   __device__ void convert(int64_t row, int64_t col, const Pack<T, N>& raw, float (&v)[N]) const {
     float r[N];

@@ -107,6 +107,18 @@ struct Specializes : std::false_type {};
 template <class Op>
 struct Specializes<Op, std::void_t<decltype(Op::kSpecializes)>> : std::bool_constant<Op::kSpecializes> {};
 
+// Whether an op's packs combine x with a second row's (the residual-add forward's r): it names
+// that row's pack Beside<N>, loads it by load_beside() and combines the two into x's pack by
+// combine_held() where the tile holds the row as loaded (else convert() loads and combines).
+// Tiles holding the row as loaded issue a group of packs' loads of both rows (beside_group)
+// before they combine any: combined as each pack was loaded, each pack's loads waited for the
+// previous pack's data (the registers reused), a memory round trip a pack. Tiles holding floats
+// keep that order: at 64 registers, two packs at a time spilled 236-300 bytes (bf16).
+template <class Op, class = void>
+struct LoadsBeside : std::false_type {};
+template <class Op>
+struct LoadsBeside<Op, std::void_t<decltype(Op::kLoadsBeside)>> : std::bool_constant<Op::kLoadsBeside> {};
+
 // Whether a tile has split-pack code: tiles of whole warps a row that can hold a row split packs
 // are taken for (kSplitPackCols columns). Narrower tiles compile without it: its branches on
 // `split` cost the small launches (one wave) ~0.5 us (results/h100-rows.md, v16).
@@ -126,6 +138,20 @@ template <class Op, int kPacks>
 constexpr bool holds_raw() {
   if constexpr (!Op::kCanHoldRaw || sizeof(typename Op::Type) != 2) return false;
   else return kPacks >= Op::kRawMinPacks;  // an op may hold floats where its registers allow
+}
+
+// The packs whose loads go out together before they combine: as many as 16 registers of loads.
+// In the residual-add forward's 8-pack tiles holding h as stored (bf16, 80 registers): every
+// pack's at once spilled 136-220 bytes, two at a time 0-8, one at a time none (a memory round
+// trip a pack).
+template <class Op, int kPacks>
+constexpr int beside_group() {
+  using T = typename Op::Type;
+  constexpr int V = kVecOf<T>;
+  constexpr int regs = (V * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(typename Op::template Beside<V>))) / 4;
+  int g = 1;
+  while (2 * g <= kPacks && 2 * g * regs <= 16) g *= 2;
+  return g;
 }
 
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
@@ -189,10 +215,18 @@ template <class Op, class = void>
 struct FourPackRegs : std::integral_constant<int, 0> {};
 template <class Op>
 struct FourPackRegs<Op, std::void_t<decltype(Op::kFourPackRegs)>> : std::integral_constant<int, Op::kFourPackRegs> {};
+// Op::kEightPackRegs: the registers a thread of its 8-pack CTA tiles of 64-256 threads (0: the
+// default), which it takes in place of min_ctas_per_sm's.
+template <class Op, class = void>
+struct EightPackRegs : std::integral_constant<int, 0> {};
+template <class Op>
+struct EightPackRegs<Op, std::void_t<decltype(Op::kEightPackRegs)>> : std::integral_constant<int, Op::kEightPackRegs> {};
 template <class Op, int kBlock, int kPacks, int kCluster, bool kEarlyParams>
 constexpr int tile_fwd_min_ctas() {
   constexpr int base = min_ctas_per_sm<Op, kBlock, kPacks, kCluster>();
-  constexpr int regs = FourPackRegs<Op>::value;
+  constexpr int regs = FourPackRegs<Op>::value, regs8 = EightPackRegs<Op>::value;
+  if constexpr (!kEarlyParams && kPacks == 8 && kCluster == 1 && kBlock >= 64 && kBlock <= 256 && regs8 > 0)
+    return 65536 / (kBlock * regs8);
   constexpr bool bounded = !kEarlyParams && kPacks == 4 && kBlock >= 64 && kBlock <= 256 && regs > 0;
   constexpr int asked = bounded ? 65536 / (kBlock * regs) : 1;
   return asked > base ? asked : base;
@@ -252,14 +286,35 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : tile_fwd_min_ctas<
     float v[kPacks][V];
     bool ok[kPacks];
     typename Op::template Params<V> prm[kPacks];
+    if constexpr (LoadsBeside<Op>::value && holds_raw<Op, kPacks>()) {
+      constexpr int G = beside_group<Op, kPacks>();
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = col_of(p);
-      ok[p] = row_ok && pack_ok(p);
-      if (ok[p]) {
-        raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
-        if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
-        else op.convert(row, col, raw[p], v[p]);
+      for (int g = 0; g < kPacks; g += G) {
+        typename Op::template Beside<V> beside[G];
+#pragma unroll
+        for (int p = g; p < g + G; ++p) {
+          const int64_t col = col_of(p);
+          ok[p] = row_ok && pack_ok(p);
+          if (ok[p]) {
+            raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
+            beside[p - g] = op.template load_beside<V>(row, col);
+          }
+        }
+#pragma unroll
+        for (int p = g; p < g + G; ++p) {
+          if (ok[p]) op.combine_held(raw[p], beside[p - g]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = col_of(p);
+        ok[p] = row_ok && pack_ok(p);
+        if (ok[p]) {
+          raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
+          if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
+          else op.convert(row, col, raw[p], v[p]);
+        }
       }
     }
     if constexpr (kEarlyParams) {

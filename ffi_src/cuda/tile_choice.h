@@ -160,6 +160,12 @@ constexpr TileBudget with_narrow_cta_alone(TileBudget budget, int min_packs, int
   budget.narrow_alone_max = max_packs;
   return budget;
 }
+// The residual-add forward with x, r and h of one 16-bit dtype: kForwardBudget (h held as floats,
+// 512 threads of 4 packs), but rows of 257-2048 packs (2049-16384 columns) in one CTA of 8 packs
+// holding h as stored, as the plain 16-bit LayerNorm forward's narrow and cluster-CTA-alone tiles
+// hold x (norm_ops.cuh, AddNormFwdOp). Its cluster tiles stay 512 x 4 (cluster_block 0).
+constexpr TileBudget kAddNormHeldForwardBudget =
+    with_narrow_cta_alone(with_cluster_cta_alone(with_cluster_tiles(kForwardBudget, 0, 8), true), 256, 2048);
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
 constexpr TileBudget with_one_pack_rows(TileBudget budget, bool on) {
   budget.one_pack_rows = on;
@@ -383,7 +389,7 @@ constexpr bool tile_possible(TileBudget budget) {
   const bool wide = wide_packs > block_packs && kPacks == wide_packs && kTPR == max_block && kBlock == max_block;
   if (kCluster == 1 && budget.cluster_cta_alone && kBlock == kTPR && kPacks == budget.cluster_packs &&
       (kTPR == budget.cluster_block ||
-       (kTPR >= 64 && kTPR < budget.cluster_block && kTPR * budget.cluster_packs > budget.narrow_alone_min &&
+       (kTPR >= 64 && kTPR * budget.cluster_packs > budget.narrow_alone_min &&
         kTPR * budget.cluster_packs / 2 < budget.narrow_alone_max)))
     return true;
   if (budget.half_wide && kCluster == 1 && kTPR == max_block / 2 && kBlock == kTPR && kPacks == 2 * wide_packs)
