@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 #include "cuda/launch.cuh"
@@ -89,10 +88,7 @@ struct FwdRunner {
 template <class Op>
 ffi::Error run_fwd(const Op& op, int64_t rows, int64_t cols, bool vec, cudaStream_t stream, const char* what) {
   const DeviceFacts& d = device_facts();
-  TileBudget budget = Op::kBudget;
-  static const bool temp_no_alone = std::getenv("JAXNORM_TEMP_NO_ADDALONE") != nullptr;  // TEMP A/B
-  if (temp_no_alone && budget.narrow_alone_max == 2048) budget.cluster_cta_alone = false;
-  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, budget);
+  const TileChoice c = fwd_launch_tile(cols, rows, kVecOf<typename Op::Type>, vec, d.clusters, d.sms, Op::kBudget);
   FwdRunner<Op> runner{op, rows, cols, stream, what};
   runner.replicas = c.replicas;
   return run_choice<Op>(c, runner);

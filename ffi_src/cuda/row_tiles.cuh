@@ -200,7 +200,8 @@ constexpr bool early_params() {
 }
 
 // The residual-add forward's tiles of 4 packs and 64-256 threads (16-bit x and r, up to 8192
-// columns) hold h as floats: 68-77 registers, 24 warps an SM (bf16 at 32768 x 1024: DRAM 66-71%
+// columns; up to 2048 where h has x's dtype, whose wider rows take 8 packs holding h as stored,
+// norm_ops.cuh, AddNormFwdOp) hold h as floats: 68-77 registers, 24 warps an SM (bf16 at 32768 x 1024: DRAM 66-71%
 // busy against the plain forward's 67-70% at two thirds the bytes, Nsight Compute,
 // results/h200-half-wide). Bounded at 64 registers (eight 128-thread CTAs an SM) they take 62-64,
 // no spills with r and h 16-bit, the case measured; a float32 r spilled, and so did fp16
