@@ -113,7 +113,7 @@ struct Specializes<Op, std::void_t<decltype(Op::kSpecializes)>> : std::bool_cons
 // Tiles holding the row as loaded issue a group of packs' loads of both rows (beside_group)
 // before they combine any: combined as each pack was loaded, each pack's loads waited for the
 // previous pack's data (the registers reused), a memory round trip a pack. Tiles holding floats
-// keep that order: at 64 registers, two packs at a time spilled 236-300 bytes (bf16).
+// keep that order: at 64 registers, two packs at a time spilled 112-252 bytes (bf16).
 template <class Op, class = void>
 struct LoadsBeside : std::false_type {};
 template <class Op>
@@ -142,8 +142,8 @@ constexpr bool holds_raw() {
 
 // The packs whose loads go out together before they combine: as many as 16 registers of loads.
 // In the residual-add forward's 8-pack tiles holding h as stored (bf16, 80 registers): every
-// pack's at once spilled 136-220 bytes, two at a time 0-8, one at a time none (a memory round
-// trip a pack).
+// pack's at once spilled 256-428 bytes, four at a time 136-192, two 0-8, one none (a memory
+// round trip a pack; results/h200-add-held).
 template <class Op, int kPacks>
 constexpr int beside_group() {
   using T = typename Op::Type;
