@@ -292,12 +292,13 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   static constexpr bool kSplitPacks = false;  // r and h are read and written whole
   static constexpr bool kSpecializes = false;  // its store() is its own
   static constexpr TileBudget kBudget =
-      kHoldsH ? add_norm_held_forward_budget(kCentered && std::is_same<T, __half>::value ? 512 : 2048) : kForwardBudget;
+      kHoldsH ? add_norm_held_forward_budget(2048) : kForwardBudget;
   // row_tiles.cuh, tile_fwd_min_ctas: measured with r and h 16-bit.
   static constexpr int kFourPackRegs = sizeof(R) == 2 && sizeof(H) == 2 ? 64 : 0;
   // h held as stored (32 registers), two packs of x and r in flight: 3 CTAs of 256 an SM (80
   // registers allocated; LayerNorm spills 8 bytes, RMSNorm 0-4).
-  static constexpr int kEightPackRegs = kHoldsH ? 85 : 0;
+  static constexpr int kEightPackRegs = kHoldsH ? 128 : 0;
+  static constexpr int kBesideRegs = 64;  // EXPERIMENT m1: every pack's loads at once
 
   const R* residual;
   H* h;

@@ -150,7 +150,7 @@ constexpr int beside_group() {
   constexpr int V = kVecOf<T>;
   constexpr int regs = (V * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(typename Op::template Beside<V>))) / 4;
   int g = 1;
-  while (2 * g <= kPacks && 2 * g * regs <= 16) g *= 2;
+  while (2 * g <= kPacks && 2 * g * regs <= Op::kBesideRegs) g *= 2;
   return g;
 }
 
