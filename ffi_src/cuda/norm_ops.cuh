@@ -279,26 +279,26 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   // 8-pack tiles hold h as stored, in x's packs (combine_held() below), where h has x's 16-bit
   // dtype and r is 16-bit; the 4-pack tiles hold h as floats. Rows of 2049-16384 columns take
   // them in one CTA (tile_choice.h, add_norm_held_forward_budget), where 64-256 threads of 4
-  // packs (or 512 x 4) ran: 64 x 8 at 2049-4096 columns, 128 x 8 at 4097-8192, 256 x 8 at
-  // 8193-16384, 12 / 6 / 3 an SM at 80 registers, one and a half times the rows in flight, and
-  // each thread's x and r loaded two packs at a time (LoadsBeside). Forward, H200, one build, a
-  // launch switch, two rounds a side (results/h200-add-held): RMSNorm 1.01-1.13x at 3072-16384
-  // (bf16 and fp16: 1.13x at 12288), bf16 LayerNorm 1.02-1.07x (1.15x at 9000; 0.99x in a launch
-  // of 2200 rows of 16384), fp16 LayerNorm 1.05-1.07x at 3072-4096 but 0.97-1.03x from 6144, so
-  // it keeps the 4-pack tiles past 4096; fwd+bwd 1.00-1.07x.
+  // packs (or 512 x 4) ran, every pack's x and r loaded at once (LoadsBeside; main's tiles waited
+  // a memory round trip a pack): 64 x 8 at 2049-4096 columns, 128 x 8 at 4097-8192, 256 x 8 at
+  // 8193-16384, the rows in flight an SM as before. Forward, H200, two rounds a side
+  // (results/h200-add-held): first at 80 registers (one and a half times the rows in flight, x
+  // and r two packs at a time: more at once spilled) against main's tiles, one build and a launch
+  // switch: RMSNorm 1.01-1.13x at 3072-16384, bf16 LayerNorm 1.02-1.15x, fp16 LayerNorm
+  // 0.97-1.07x; then at 128 registers against that, two builds: LayerNorm 1.03-1.25x at
+  // 3072-16384 (both dtypes; bf16 at 8192 x 16384 3.01 -> 3.64 TB/s, 4096 x 16384 3.04 -> 3.47),
+  // RMSNorm 1.03-1.11x at 9000-16384, 0.98-1.00x at 3072-8192; LayerNorm fwd+bwd 1.03-1.06x.
   static constexpr bool kHoldsH = sizeof(T) == 2 && sizeof(R) == 2 && std::is_same<H, T>::value;
   static constexpr bool kCanHoldRaw = kHoldsH;
   static constexpr int kRawMinPacks = 8;
   static constexpr bool kSplitPacks = false;  // r and h are read and written whole
   static constexpr bool kSpecializes = false;  // its store() is its own
-  static constexpr TileBudget kBudget =
-      kHoldsH ? add_norm_held_forward_budget(2048) : kForwardBudget;
+  static constexpr TileBudget kBudget = kHoldsH ? add_norm_held_forward_budget(2048) : kForwardBudget;
   // row_tiles.cuh, tile_fwd_min_ctas: measured with r and h 16-bit.
   static constexpr int kFourPackRegs = sizeof(R) == 2 && sizeof(H) == 2 ? 64 : 0;
-  // h held as stored (32 registers), two packs of x and r in flight: 3 CTAs of 256 an SM (80
-  // registers allocated; LayerNorm spills 8 bytes, RMSNorm 0-4).
+  // h held as stored and every pack's x and r in flight: 111-115 registers, no spills (bf16 and
+  // fp16), two CTAs of 256 an SM.
   static constexpr int kEightPackRegs = kHoldsH ? 128 : 0;
-  static constexpr int kBesideRegs = 64;  // EXPERIMENT m1: every pack's loads at once
 
   const R* residual;
   H* h;
@@ -308,7 +308,7 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
     prefetch_l2_rows(residual, row0, nrows, this->cols, part, parts);
   }
 
-  // r's packs load beside x's, a group of packs' before any is added (row_tiles.cuh, LoadsBeside).
+  // r's packs load beside x's, all of a thread's before any is added (row_tiles.cuh, LoadsBeside).
   static constexpr bool kLoadsBeside = true;
   template <int N>
   using Beside = Pack<R, N>;

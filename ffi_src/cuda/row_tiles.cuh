@@ -110,10 +110,10 @@ struct Specializes<Op, std::void_t<decltype(Op::kSpecializes)>> : std::bool_cons
 // Whether an op's packs combine x with a second row's (the residual-add forward's r): it names
 // that row's pack Beside<N>, loads it by load_beside() and combines the two into x's pack by
 // combine_held() where the tile holds the row as loaded (else convert() loads and combines).
-// Tiles holding the row as loaded issue a group of packs' loads of both rows (beside_group)
-// before they combine any: combined as each pack was loaded, each pack's loads waited for the
-// previous pack's data (the registers reused), a memory round trip a pack. Tiles holding floats
-// keep that order: at 64 registers, two packs at a time spilled 112-252 bytes (bf16).
+// Tiles holding the row as loaded issue every pack's loads of both rows before they combine any:
+// combined as each pack was loaded, each pack's loads waited for the previous pack's data (the
+// registers reused), a memory round trip a pack. Tiles holding floats keep that order: at 64
+// registers, two packs at a time spilled 112-252 bytes (bf16; results/h200-add-held).
 template <class Op, class = void>
 struct LoadsBeside : std::false_type {};
 template <class Op>
@@ -138,20 +138,6 @@ template <class Op, int kPacks>
 constexpr bool holds_raw() {
   if constexpr (!Op::kCanHoldRaw || sizeof(typename Op::Type) != 2) return false;
   else return kPacks >= Op::kRawMinPacks;  // an op may hold floats where its registers allow
-}
-
-// The packs whose loads go out together before they combine: as many as 16 registers of loads.
-// In the residual-add forward's 8-pack tiles holding h as stored (bf16, 80 registers): every
-// pack's at once spilled 256-428 bytes, four at a time 136-192, two 0-8, one none (a memory
-// round trip a pack; results/h200-add-held).
-template <class Op, int kPacks>
-constexpr int beside_group() {
-  using T = typename Op::Type;
-  constexpr int V = kVecOf<T>;
-  constexpr int regs = (V * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(typename Op::template Beside<V>))) / 4;
-  int g = 1;
-  while (2 * g <= kPacks && 2 * g * regs <= Op::kBesideRegs) g *= 2;
-  return g;
 }
 
 // CTAs of 512 threads must fit twice per SM (64 registers a thread), so one CTA's loads overlap
@@ -288,24 +274,19 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : tile_fwd_min_ctas<
     bool ok[kPacks];
     typename Op::template Params<V> prm[kPacks];
     if constexpr (LoadsBeside<Op>::value && holds_raw<Op, kPacks>()) {
-      constexpr int G = beside_group<Op, kPacks>();
+      typename Op::template Beside<V> beside[kPacks];
 #pragma unroll
-      for (int g = 0; g < kPacks; g += G) {
-        typename Op::template Beside<V> beside[G];
-#pragma unroll
-        for (int p = g; p < g + G; ++p) {
-          const int64_t col = col_of(p);
-          ok[p] = row_ok && pack_ok(p);
-          if (ok[p]) {
-            raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
-            beside[p - g] = op.template load_beside<V>(row, col);
-          }
-        }
-#pragma unroll
-        for (int p = g; p < g + G; ++p) {
-          if (ok[p]) op.combine_held(raw[p], beside[p - g]);
+      for (int p = 0; p < kPacks; ++p) {
+        const int64_t col = col_of(p);
+        ok[p] = row_ok && pack_ok(p);
+        if (ok[p]) {
+          raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
+          beside[p] = op.template load_beside<V>(row, col);
         }
       }
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (ok[p]) op.combine_held(raw[p], beside[p]);
     } else {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
