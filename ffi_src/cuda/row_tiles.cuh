@@ -118,6 +118,15 @@ template <class Op, class = void>
 struct LoadsBeside : std::false_type {};
 template <class Op>
 struct LoadsBeside<Op, std::void_t<decltype(Op::kLoadsBeside)>> : std::bool_constant<Op::kLoadsBeside> {};
+// The pack of that row (an empty stand-in for other ops).
+template <class Op, int N, bool = LoadsBeside<Op>::value>
+struct BesideOf {
+  struct type {};
+};
+template <class Op, int N>
+struct BesideOf<Op, N, true> {
+  using type = typename Op::template Beside<N>;
+};
 
 // Whether a tile has split-pack code: tiles of whole warps a row that can hold a row split packs
 // are taken for (kSplitPackCols columns). Narrower tiles compile without it: its branches on
@@ -273,31 +282,23 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : tile_fwd_min_ctas<
     float v[kPacks][V];
     bool ok[kPacks];
     typename Op::template Params<V> prm[kPacks];
-    if constexpr (LoadsBeside<Op>::value && holds_raw<Op, kPacks>()) {
-      typename Op::template Beside<V> beside[kPacks];
+    constexpr bool kCombineAfter = LoadsBeside<Op>::value && holds_raw<Op, kPacks>();
+    typename BesideOf<Op, V>::type beside[kPacks];
 #pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int64_t col = col_of(p);
-        ok[p] = row_ok && pack_ok(p);
-        if (ok[p]) {
-          raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
-          beside[p] = op.template load_beside<V>(row, col);
-        }
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = col_of(p);
+      ok[p] = row_ok && pack_ok(p);
+      if (ok[p]) {
+        raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
+        if constexpr (kCombineAfter) beside[p] = op.template load_beside<V>(row, col);
+        else if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
+        else op.convert(row, col, raw[p], v[p]);
       }
+    }
+    if constexpr (kCombineAfter) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
         if (ok[p]) op.combine_held(raw[p], beside[p]);
-    } else {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int64_t col = col_of(p);
-        ok[p] = row_ok && pack_ok(p);
-        if (ok[p]) {
-          raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
-          if constexpr (holds_raw<Op, kPacks>()) op.hold(row, col, raw[p]);
-          else op.convert(row, col, raw[p], v[p]);
-        }
-      }
     }
     if constexpr (kEarlyParams) {
 #pragma unroll
