@@ -119,7 +119,7 @@ def test_many_rows(op, dtype, shape, rng):
 
 # Launches of at least 16 rows an SM (2112 on 132 SMs, 2368 on 148) of 2049-16384 16-bit columns,
 # x, r and h of one dtype, take one CTA of 8 packs a thread holding h as stored (tile_choice.h,
-# add_norm_held_forward_budget): 64 threads at 3000 and 4096, 128 at 6000, 256 at 9000 (its last
+# kAddNormHeldForwardBudget): 64 threads at 3000 and 4096, 128 at 6000, 256 at 9000 (its last
 # warp's packs partly past the row) and 16384.
 @op_params(NORMS)
 @pytest.mark.parametrize("shape,dtype", [((2400, 3000), "float16"), ((2400, 4096), "bfloat16"),

@@ -55,7 +55,7 @@ int main() {
              {"softmax forward f32", with_cluster_cta_alone(with_small_spread(kHeldRowForwardBudget), true), 4},
              {"softmax forward 16-bit",
               with_narrow_cta_alone(with_cluster_cta_alone(with_small_spread(kHeldRowForwardBudget), true), 512, 768), 2},
-             {"residual-add forward 16-bit, h held", add_norm_held_forward_budget(2048), 2},
+             {"residual-add forward 16-bit, h held", kAddNormHeldForwardBudget, 2},
              {"residual-add norm backward 16-bit", with_one_pack_rows(norm_backward_budget(2), true), 2},
              {"norm backward 16-bit, warp rows", with_warp_rows(norm_backward_budget(2), 112), 2},
              {"norm backward 16-bit, half-wide rows", with_half_wide(norm_backward_budget(2), true), 2}};

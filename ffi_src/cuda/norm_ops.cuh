@@ -278,7 +278,7 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   using Base = NormFwdOp<T, kCentered>;
   // 8-pack tiles hold h as stored, in x's packs (combine_held() below), where h has x's 16-bit
   // dtype and r is 16-bit; the 4-pack tiles hold h as floats. Rows of 2049-16384 columns take
-  // them in one CTA (tile_choice.h, add_norm_held_forward_budget), where 64-256 threads of 4
+  // them in one CTA (tile_choice.h, kAddNormHeldForwardBudget), where 64-256 threads of 4
   // packs (or 512 x 4) ran, every pack's x and r loaded at once (LoadsBeside; main's tiles waited
   // a memory round trip a pack): 64 x 8 at 2049-4096 columns, 128 x 8 at 4097-8192, 256 x 8 at
   // 8193-16384, the rows in flight an SM as before. Forward, H200, two rounds a side
@@ -293,7 +293,7 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   static constexpr int kRawMinPacks = 8;
   static constexpr bool kSplitPacks = false;  // r and h are read and written whole
   static constexpr bool kSpecializes = false;  // its store() is its own
-  static constexpr TileBudget kBudget = kHoldsH ? add_norm_held_forward_budget(2048) : kForwardBudget;
+  static constexpr TileBudget kBudget = kHoldsH ? kAddNormHeldForwardBudget : kForwardBudget;
   // row_tiles.cuh, tile_fwd_min_ctas: measured with r and h 16-bit.
   static constexpr int kFourPackRegs = sizeof(R) == 2 && sizeof(H) == 2 ? 64 : 0;
   // h held as stored and every pack's x and r in flight: 111-115 registers, no spills (bf16 and
@@ -331,7 +331,7 @@ struct AddNormFwdOp : NormFwdOp<T, kCentered> {
   template <int N>
   __device__ void convert(int64_t row, int64_t col, const Pack<T, N>& raw, float (&v)[N]) const {
     float r[N];
-    load_pack<R, N>(residual + row * this->cols + col, r);
+    unpack(load_beside<N>(row, col), r);
 #pragma unroll
     for (int i = 0; i < N; ++i) v[i] = to_float(from_float<H>(to_float(raw.v[i]) + r[i]));
   }

@@ -161,13 +161,12 @@ constexpr TileBudget with_narrow_cta_alone(TileBudget budget, int min_packs, int
   return budget;
 }
 // The residual-add forward with x, r and h of one 16-bit dtype: kForwardBudget (h held as floats,
-// 512 threads of 4 packs), but rows of 257 to max_packs packs (2049-16384 columns at 2048) in one
-// CTA of 8 packs holding h as stored, as the plain 16-bit LayerNorm forward's narrow and
-// cluster-CTA-alone tiles hold x (norm_ops.cuh, AddNormFwdOp, says what it gained). Its cluster
-// tiles stay 512 x 4 (cluster_block 0).
-constexpr TileBudget add_norm_held_forward_budget(int max_packs) {
-  return with_narrow_cta_alone(with_cluster_cta_alone(with_cluster_tiles(kForwardBudget, 0, 8), true), 256, max_packs);
-}
+// 512 threads of 4 packs), but rows of 257-2048 packs (2049-16384 columns) in one CTA of 8 packs
+// holding h as stored, as the plain 16-bit LayerNorm forward's narrow and cluster-CTA-alone tiles
+// hold x (norm_ops.cuh, AddNormFwdOp, says what it gained). Its cluster tiles stay 512 x 4
+// (cluster_block 0).
+constexpr TileBudget kAddNormHeldForwardBudget =
+    with_narrow_cta_alone(with_cluster_cta_alone(with_cluster_tiles(kForwardBudget, 0, 8), true), 256, 2048);
 // A budget whose CTA-wide rows may take one pack a thread (one_pack_rows).
 constexpr TileBudget with_one_pack_rows(TileBudget budget, bool on) {
   budget.one_pack_rows = on;
