@@ -6,8 +6,9 @@
     python benchmarks/ab_rows.py base1 32768,262144 bfloat16 rms_norm+bwd,layer_norm+bwd
 
 A width alone means rows of 2^27 elements in all; ROWSxCOLS names both. OPS: rms_norm, layer_norm
-(float32 scale and bias), softmax, log_softmax, add_rms_norm, add_layer_norm (the residual-add
-norms, r in x's dtype), each alone (the forward) or with `+bwd` (the forward and backward: jax.vjp
+(float32 scale and bias), softmax, log_softmax, masked_softmax, masked_log_softmax (`where=` a
+random boolean mask of x's shape, 30% masked; its bytes counted: read once forward, once more
+backward), add_rms_norm, add_layer_norm (the residual-add norms, r in x's dtype), each alone (the forward) or with `+bwd` (the forward and backward: jax.vjp
 over x and the norm's parameters, pulled back from a random dy, for the residual-add norms into y
 and h, as bench.py's and bench_add_norm.py's fwd+bwd). Each line printed is one shape's median device time (the JAX profiler's kernel
 events, inputs rotated over more memory than L2, as bench.py times them) and its TB/s of the
@@ -52,12 +53,16 @@ def time_rows(label, widths, dtypes, ops):
             fns = {"layer_norm": (jaxnorm.layer_norm, (scale, bias)), "rms_norm": (jaxnorm.rms_norm, (scale,)),
                    "softmax": (jaxnorm.softmax, ()), "log_softmax": (jaxnorm.log_softmax, ()),
                    "add_layer_norm": (lambda x, s, b, r: jaxnorm.layer_norm(x, s, b, residual=r), (scale, bias)),
-                   "add_rms_norm": (lambda x, s, r: jaxnorm.rms_norm(x, s, residual=r), (scale,))}
-            dys = rs = None
+                   "add_rms_norm": (lambda x, s, r: jaxnorm.rms_norm(x, s, residual=r), (scale,)),
+                   "masked_softmax": (lambda x, w: jaxnorm.softmax(x, where=w), ()),
+                   "masked_log_softmax": (lambda x, w: jaxnorm.log_softmax(x, where=w), ())}
+            dys = rs = ws = None
             for op in ops:
                 name = op.removesuffix("+bwd")
                 f, params = fns[name]
-                add = name.startswith("add_")
+                add, masked = name.startswith("add_"), name.startswith("masked_")
+                if masked and ws is None:
+                    ws = [jax.random.uniform(k, (rows, cols)) >= 0.3 for k in jax.random.split(ks[n], n)]
                 if add and rs is None:
                     rs = [jax.random.normal(k, (rows, cols), jnp.float32).astype(dtype)
                           for k in jax.random.split(ks[n], n)]
@@ -65,13 +70,19 @@ def time_rows(label, widths, dtypes, ops):
                     if dys is None:
                         dys = [jax.random.normal(k, (rows, cols), jnp.float32).astype(dtype)
                                for k in jax.random.split(ks[n + 1], n)]
-                    if add:  # r closed over; y's and h's cotangents
+                    if masked:  # the mask closed over
+                        fn = jax.jit(lambda dy, w, x, f=f: (lambda y, pull: (y, pull(dy)))(
+                            *jax.vjp(lambda x: f(x, w), x)))
+                        args, moved = [(dy, w, x) for dy, w, x in zip(dys, ws, xs)], nbytes * 5 // 2 + 2 * rows * cols
+                    elif add:  # r closed over; y's and h's cotangents
                         fn = jax.jit(lambda dy, r, *a, f=f: (lambda y, pull: (y, pull((dy, dy))))(
                             *jax.vjp(lambda *a: f(*a, r), *a)))
                         args, moved = [(dy, r, x, *params) for dy, r, x in zip(dys, rs, xs)], nbytes * 4
                     else:
                         fn = jax.jit(lambda dy, *a, f=f: (lambda y, pull: (y, pull(dy)))(*jax.vjp(f, *a)))
                         args, moved = [(dy, x, *params) for dy, x in zip(dys, xs)], nbytes * 5 // 2
+                elif masked:
+                    fn, args, moved = jax.jit(f), [(x, w) for x, w in zip(xs, ws)], nbytes + rows * cols
                 elif add:
                     fn, args, moved = jax.jit(f), [(x, *params, r) for x, r in zip(xs, rs)], nbytes * 2
                 else:
@@ -81,7 +92,7 @@ def time_rows(label, widths, dtypes, ops):
                       flush=True)
                 out.append(dict(label=label, dtype=dtype, op=op, rows=rows, cols=cols, us=t * 1e6,
                                 tbs=moved / t / 1e12))
-            del xs, dys, rs
+            del xs, dys, rs, ws
     with open(os.path.join(os.environ.get("OUT", "/tmp"), f"rows-{label}.json"), "w") as f:
         json.dump(out, f)
 

@@ -119,6 +119,42 @@ def test_fully_masked_rows(op, dtype, rng):
 
 
 @op_params(SOFTMAXES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("cols", [48, 1000, 4096, 12288, 40000])
+def test_mask_rows_not_finite(op, dtype, cols, rng):
+    """The kernels store a masked row as computed, its masked elements -inf in the row, where the
+    row's max and sum are finite, and read the mask again where they are not: a NaN or +inf kept,
+    a row whose kept elements are all -inf, a fully masked row. NaN, +inf and the largest finite
+    value under the mask of rows otherwise plain drop out. Widths of every tile shape (4-pack
+    CTAs of floats, 8-pack CTAs of 16-bit rows as loaded, clusters); jax.nn's NaN and infinity
+    patterns exactly."""
+    x = np.asarray(make_x(op, rng, (8, cols), DTYPES[dtype])).astype(np.float32)
+    where = rng.random(x.shape) < 0.7
+    where[:, 0] = True
+    x[0, 5], where[0, 5] = np.nan, True
+    x[1, 7], where[1, 7] = np.inf, True
+    x[2] = -np.inf
+    where[3] = False
+    hidden = ~where[4:7]
+    x[4][hidden[0]] = np.nan
+    x[5][hidden[1]] = np.inf
+    x[6][hidden[2]] = float(jnp.finfo(DTYPES[dtype]).max)
+    xj, wj = jnp.asarray(x, DTYPES[dtype]), jnp.asarray(where)
+    y = as_f64(op.fn(xj, where=wj))
+    y_ref = as_f64(op.ref(xj, where=wj))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(y_ref))
+    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(y_ref))
+    np.testing.assert_array_equal(np.isneginf(y), np.isneginf(y_ref))
+    np.testing.assert_array_equal(y[~where], -np.inf if op is LOG_SOFTMAX else 0.0)
+    # The suite's term magnitudes, 0 where the rows' infinities make them NaN (those outputs are
+    # NaN or infinite, compared exactly above).
+    with np.errstate(invalid="ignore", over="ignore"):
+        mag = term_magnitudes(op, xj, (), make_cotangent(rng, xj), y_ref, where=where)["y"]
+    assert_close(y, y_ref, tol=tolerances(op, xj.dtype, cols)[0], mag=np.nan_to_num(mag, nan=0.0, posinf=0.0),
+                 what=f"{op} output")
+
+
+@op_params(SOFTMAXES)
 def test_integer_mask_acts_like_bool(op, rng):
     x = make_x(op, rng, (ROWS, COLS), F32)
     where = rng.random((ROWS, COLS)) < 0.5

@@ -51,6 +51,10 @@ JN_VEC_INLINE void softmax_fwd_row(const float* xr, Keep keep, T* yr, float* e, 
                                        return ev;
                                      })),
                                      log);
+  if (!std::isfinite(row.k)) {  // a NaN or +inf kept: NaN where kept, and 0 where masked (jax.nn)
+    for (int64_t c = 0; c < cols; ++c) yr[c] = from_float<T>(keep(c) ? e[c] * row.k : 0.f);
+    return;
+  }
   for_pieces(cols, next, [&](int64_t c0, auto w) {
     for (int64_t c = c0; c < c0 + w; ++c) yr[c] = from_float<T>(e[c] * row.k);
   });
