@@ -112,19 +112,12 @@ struct Specializes<Op, std::void_t<decltype(Op::kSpecializes)>> : std::bool_cons
 // combine_held() where the tile holds the row as loaded (else convert() loads and combines).
 // Tiles holding the row as loaded issue every pack's loads of both rows before they combine any:
 // combined as each pack was loaded, each pack's loads waited for the previous pack's data (the
-// registers reused), a memory round trip a pack. Tiles holding floats keep that order for the
-// residual-add's r (at 64 registers, two packs at a time spilled 112-252 bytes, bf16;
-// results/h200-add-held), unless the op says ConvertsBeside (below).
+// registers reused), a memory round trip a pack. Tiles holding floats keep that order: at 64
+// registers, two packs at a time spilled 112-252 bytes (bf16; results/h200-add-held).
 template <class Op, class = void>
 struct LoadsBeside : std::false_type {};
 template <class Op>
 struct LoadsBeside<Op, std::void_t<decltype(Op::kLoadsBeside)>> : std::bool_constant<Op::kLoadsBeside> {};
-// Ops whose tiles holding floats load every pack's x and beside row first too, then convert each
-// pack by convert_beside() (the masked softmax: its beside row is a mask, two registers a pack).
-template <class Op, class = void>
-struct ConvertsBeside : std::false_type {};
-template <class Op>
-struct ConvertsBeside<Op, std::void_t<decltype(Op::kConvertsBeside)>> : std::bool_constant<Op::kConvertsBeside> {};
 // The pack of that row (an empty stand-in for other ops).
 template <class Op, int N, bool = LoadsBeside<Op>::value>
 struct BesideOf {
@@ -174,23 +167,13 @@ constexpr bool holds_raw() {
 // 131073-262144 columns) fit twice, in 60-64 registers (RMSNorm's spill 8 bytes): one CTA an SM
 // left the SM loading nothing while its row reduced and stored; softmax 1.54x, the persistent
 // norm tiles 1.06-1.10x at 262144 (results/h200-f32-occupancy).
-// Registers of row a forward thread holds: x, and the beside row where every pack's is loaded
-// before any is combined (LoadsBeside; the masked softmax's mask).
-template <class Op, int kPacks>
-constexpr int fwd_held_registers() {
-  constexpr int V = kVecOf<typename Op::Type>;
-  constexpr bool beside = LoadsBeside<Op>::value && (holds_raw<Op, kPacks>() || ConvertsBeside<Op>::value);
-  constexpr int beside_regs = beside ? static_cast<int>(sizeof(typename BesideOf<Op, V>::type) / 4) : 0;
-  return kPacks * ((holds_raw<Op, kPacks>() ? 4 : V) + beside_regs);
-}
-
 template <class Op, int kBlock, int kPacks, int kCluster = 1>
 constexpr int min_ctas_per_sm() {
-  constexpr int held = fwd_held_registers<Op, kPacks>();
+  constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : kVecOf<typename Op::Type>);
   if constexpr (kBlock < 256 && kPacks >= 8) return 256 / kBlock * min_ctas_per_sm<Op, 256, kPacks, kCluster>();
   if constexpr (kBlock == 256 && kPacks >= 8 && held <= 32 && (Op::kParamFloats < 2 || kCluster >= 4)) return 4;
   if constexpr (kBlock == 512 && kPacks == 8 && held == 32 && (kCluster == 16 || kCluster == 1)) return 2;
-  return kBlock >= 512 && kPacks <= 4 ? (held <= 32 ? 2 : 1) : kBlock == 256 && held <= 32 ? 3 : 1;
+  return kBlock >= 512 && kPacks <= 4 ? 2 : kBlock == 256 && held <= 32 ? 3 : 1;
 }
 
 // What store() needs beyond the row (the norms' scale and bias, Op::Params) is loaded in store(),
@@ -205,7 +188,7 @@ constexpr int min_ctas_per_sm() {
 template <class Op, int kBlock, int kPacks>
 constexpr bool early_params() {
   constexpr int V = kVecOf<typename Op::Type>;
-  constexpr int held = fwd_held_registers<Op, kPacks>();
+  constexpr int held = kPacks * (holds_raw<Op, kPacks>() ? 4 : V);
   constexpr int cap = 65536 / (kBlock * min_ctas_per_sm<Op, kBlock, kPacks>());
   return Op::kParamFloats > 0 && kPacks <= 4 &&
          held + kPacks * V * Op::kParamFloats + 32 <= cap;
@@ -228,8 +211,8 @@ template <class Op, class = void>
 struct FourPackRegs : std::integral_constant<int, 0> {};
 template <class Op>
 struct FourPackRegs<Op, std::void_t<decltype(Op::kFourPackRegs)>> : std::integral_constant<int, Op::kFourPackRegs> {};
-// Op::kEightPackRegs: the registers a thread of its 8-pack tiles of 64-256 threads (a CTA or a
-// cluster's; 0: the default), which it takes in place of min_ctas_per_sm's.
+// Op::kEightPackRegs: the registers a thread of its 8-pack CTA tiles of 64-256 threads (0: the
+// default), which it takes in place of min_ctas_per_sm's.
 template <class Op, class = void>
 struct EightPackRegs : std::integral_constant<int, 0> {};
 template <class Op>
@@ -238,7 +221,7 @@ template <class Op, int kBlock, int kPacks, int kCluster, bool kEarlyParams>
 constexpr int tile_fwd_min_ctas() {
   constexpr int base = min_ctas_per_sm<Op, kBlock, kPacks, kCluster>();
   constexpr int regs = FourPackRegs<Op>::value, regs8 = EightPackRegs<Op>::value;
-  if constexpr (!kEarlyParams && kPacks == 8 && kBlock >= 64 && kBlock <= 256 && regs8 > 0)
+  if constexpr (!kEarlyParams && kPacks == 8 && kCluster == 1 && kBlock >= 64 && kBlock <= 256 && regs8 > 0)
     return 65536 / (kBlock * regs8);
   constexpr bool bounded = !kEarlyParams && kPacks == 4 && kBlock >= 64 && kBlock <= 256 && regs > 0;
   constexpr int asked = bounded ? 65536 / (kBlock * regs) : 1;
@@ -299,17 +282,12 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : tile_fwd_min_ctas<
     float v[kPacks][V];
     bool ok[kPacks];
     typename Op::template Params<V> prm[kPacks];
-    constexpr bool kCombineAfter =
-        LoadsBeside<Op>::value && (holds_raw<Op, kPacks>() || ConvertsBeside<Op>::value);
+    constexpr bool kCombineAfter = LoadsBeside<Op>::value && holds_raw<Op, kPacks>();
     typename BesideOf<Op, V>::type beside[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = col_of(p);
       ok[p] = row_ok && pack_ok(p);
-      // A pack loaded under a predicate keeps its register's old value where the predicate is
-      // off, so that value stays live through the row's loop: cleared, the masked softmax's
-      // float32 4-pack tiles took 51 registers, not 66.
-      if constexpr (ConvertsBeside<Op>::value) raw[p] = {}, beside[p] = {};
       if (ok[p]) {
         raw[p] = load_raw_split<T, V>(op.x + row * cols + col, split);
         if constexpr (kCombineAfter) beside[p] = op.template load_beside<V>(row, col);
@@ -319,11 +297,8 @@ __global__ void __launch_bounds__(kBlock, kReplicas > 1 ? 1 : tile_fwd_min_ctas<
     }
     if constexpr (kCombineAfter) {
 #pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        if (!ok[p]) continue;
-        if constexpr (holds_raw<Op, kPacks>()) op.combine_held(raw[p], beside[p]);
-        else op.convert_beside(raw[p], beside[p], v[p]);
-      }
+      for (int p = 0; p < kPacks; ++p)
+        if (ok[p]) op.combine_held(raw[p], beside[p]);
     }
     if constexpr (kEarlyParams) {
 #pragma unroll

@@ -1,7 +1,6 @@
 // Softmax / log-softmax as ops of the shared row kernels (row_tiles.cuh). Statistics are the
 // online (max, sum) pair; masked positions enter the statistics as -inf (they add nothing) and
-// are written as such (0, or -inf for log-softmax), the mask read again only for rows whose
-// statistics are not finite, so masked outputs follow jax.nn exactly.
+// the mask is read again when writing, so masked outputs follow jax.nn exactly.
 #pragma once
 
 #include "common/softmax_math.h"
@@ -50,56 +49,7 @@ __device__ __forceinline__ float thread_max(const float (&v)[P][N], const bool (
   return m;
 }
 
-// N bytes of a mask as 32-bit words (N a multiple of 4; fewer are a Pack<bool, N>): loaded as a
-// Pack<bool, N>, its bytes were split and repacked around the loads (~16 instructions a pack in
-// the 8-pack tiles, which then spilled).
-template <int N>
-struct alignas(N) MaskWords {
-  uint32_t w[N / 4];
-};
-template <int N>
-using MaskPack = std::conditional_t<N % 4 == 0, MaskWords<N>, Pack<bool, N>>;
-
-template <int N>
-__device__ __forceinline__ bool kept(const MaskWords<N>& m, int i) {
-  return ((m.w[i / 4] >> (8 * (i % 4))) & 0xffu) != 0;
-}
-template <int N>
-__device__ __forceinline__ bool kept(const Pack<bool, N>& m, int i) {
-  return m.v[i];
-}
-
-// A pack with its masked elements set to -inf, on the pack's 32-bit words: each mask byte spread
-// to a keep mask over its element's bits. Taken as bools, the mask's 8 or 32 flags a thread were
-// extracted as its bytes arrived and held as registers (float32 8-pack tiles: 128 registers, or
-// 236 bytes spilled at 80).
-template <class T, int N>
-__device__ __forceinline__ void mask_held(Pack<T, N>& raw, const MaskWords<N>& m) {
-  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16- or 32-bit elements");
-  constexpr int kWordsPerMaskWord = sizeof(T);  // four mask bytes cover 4 * sizeof(T) bytes of x
-  constexpr uint32_t kNegInf = sizeof(T) == 4                              ? 0xff800000u
-                               : std::is_same_v<T, __nv_bfloat16> ? 0xff80ff80u
-                                                                  : 0xfc00fc00u;
-  uint32_t* w = reinterpret_cast<uint32_t*>(&raw);
-#pragma unroll
-  for (int j = 0; j < N / 4; ++j) {
-    const uint32_t set = __vcmpne4(m.w[j], 0u);  // 0xff for each kept element's byte
-#pragma unroll
-    for (int k = 0; k < kWordsPerMaskWord; ++k) {
-      // 16-bit: bytes 2k, 2k+1 of set to the word's two halves; 32-bit: byte k to the whole word.
-      const uint32_t keep = __byte_perm(set, 0u, sizeof(T) == 2 ? (k == 0 ? 0x1100 : 0x3322) : 0x1111 * k);
-      w[kWordsPerMaskWord * j + k] = (w[kWordsPerMaskWord * j + k] & keep) | (kNegInf & ~keep);
-    }
-  }
-}
-
-// kMasked: whether a mask is read, fixed at compile time so that the masked kernels load each
-// pack's x and mask before applying any (LoadsBeside, row_tiles.cuh), and the unmasked ones have
-// no mask code at all. Under a runtime `mask != nullptr` the masked path applied each pack's mask
-// as its x arrived, so each pack's loads waited for the previous pack's data (the registers
-// reused), a memory round trip a pack; loading them first under that branch merged the two paths'
-// live ranges (32-64 registers -> 48-131, 208-356 bytes spilled; results/next-rows).
-template <class T, bool kMasked>
+template <class T>
 struct SoftmaxFwdOp : MaskedRowsIn<T> {
   using Type = T;
   using Stats = MaxSum;
@@ -124,9 +74,6 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
       512, sizeof(T) == 2 ? 768 : 0);
   static constexpr bool kCanHoldRaw = true;
   static constexpr int kRawMinPacks = 8;  // below, thread_stats() leaves each exp for store()
-  // A masked 8-pack tile holds 40-48 registers of loads in flight (x and the mask): at 64
-  // registers it spilled 40 bytes (16-bit) and 188-312 (float32), float32 12-52 at 80.
-  static constexpr int kEightPackRegs = !kMasked ? 0 : sizeof(T) == 2 ? 80 : 128;
   using MaskedRowsIn<T>::x, MaskedRowsIn<T>::mask, MaskedRowsIn<T>::cols;
 
   T* y;
@@ -137,34 +84,13 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // Masked positions become -inf: they add nothing to the statistics.
   template <int N>
   __device__ void convert(int64_t row, int64_t col, const Pack<T, N>& raw, float (&v)[N]) const {
-    if constexpr (kMasked) convert_beside(raw, load_beside<N>(row, col), v);
-    else unpack(raw, v);
-  }
-
-  // The mask's pack loads beside x's, every pack of a thread's before any is applied.
-  static constexpr bool kLoadsBeside = kMasked;
-  static constexpr bool kConvertsBeside = kMasked;  // in the tiles holding floats too
-  template <int N>
-  using Beside = MaskPack<N>;
-  template <int N>
-  __device__ MaskPack<N> load_beside(int64_t row, int64_t col) const {
-    return *reinterpret_cast<const MaskPack<N>*>(mask + row * cols + col);
-  }
-  template <int N>
-  __device__ void convert_beside(Pack<T, N> raw, const MaskPack<N>& m, float (&v)[N]) const {
-    if constexpr (N % 4 == 0) {
-      mask_held(raw, m);
-      unpack(raw, v);
-    } else {
-      unpack(raw, v);
+    unpack(raw, v);
+    if (mask != nullptr) {
+      float keep[N];
+      load_keep<N>(mask, row * cols + col, keep);
 #pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = kept(m, i) ? v[i] : -INFINITY;
+      for (int i = 0; i < N; ++i) v[i] = keep[i] != 0.f ? v[i] : -INFINITY;
     }
-  }
-  // A held row: masked elements become -inf in the pack itself, as convert() makes them.
-  template <int N>
-  __device__ void combine_held(Pack<T, N>& raw, const MaskPack<N>& m) const {
-    mask_held(raw, m);
   }
 
   __device__ void push(Stats& s, float v) const { maxsum_push(s, v); }
@@ -225,10 +151,16 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
     return {m, sum};
   }
 
-  // An unmasked held row is x as loaded (a masked one is combine_held()'s).
+  // A held row: masked elements become -inf in the pack itself, as convert() makes them.
   template <int N>
-  __device__ void hold(int64_t, int64_t, Pack<T, N>&) const {
-    static_assert(!kMasked && N > 0, "masked rows load their mask beside x");
+  __device__ void hold(int64_t row, int64_t col, Pack<T, N>& raw) const {
+    if (mask != nullptr) {
+      float keep[N];
+      load_keep<N>(mask, row * cols + col, keep);
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (keep[i] == 0.f) raw.v[i] = from_float<T>(-INFINITY);
+    }
   }
 
   // The same statistics from a held row: the max by packed 16-bit maxima before any conversion
@@ -279,10 +211,6 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
     SoftmaxRow row;
     float scale;  // softmax: exp(thread max - row max) / sum; 16-bit: exp(thread max - row max)
     float mine;   // exp_shift(the thread's max)
-    // Masked rows: whether the row's max and sum are finite, so that each masked element (-inf
-    // in the row) comes out as jax.nn's 0 (softmax) or -inf (log-softmax) without the mask: the
-    // stores then read no mask. A row all masked or -inf, or with a NaN or +inf kept, reads it.
-    bool plain;
   };
 
   // 16-bit rows apply exp(thread max - row max) and 1/sum one after the other (scaled()): the sum
@@ -297,9 +225,8 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   // An all -inf row gives exp(-inf - -inf) = NaN, as jax.nn.softmax does.
   __device__ Row finalize(Stats s, Stats mine, int64_t, bool) const {
     const SoftmaxRow r = softmax_row(s.max, s.sum, log);
-    const bool plain = isfinite(s.max) && isfinite(s.sum);
-    if constexpr (kScaleApart) return {r, log ? 0.f : expf(mine.max - s.max), exp_shift(mine.max), plain};
-    else return {r, log ? 0.f : expf(mine.max - s.max) * r.k, exp_shift(mine.max), plain};
+    if constexpr (kScaleApart) return {r, log ? 0.f : expf(mine.max - s.max), exp_shift(mine.max)};
+    else return {r, log ? 0.f : expf(mine.max - s.max) * r.k, exp_shift(mine.max)};
   }
 
   template <int N>
@@ -309,15 +236,14 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
       for (int i = 0; i < N; ++i) v[i] = exp_shifted(v[i] - r.mine);  // exp_held(v[i], thread max)
   }
 
-  // The unmasked row kernel's stores with the flag as a constant (a copy of the op whose field
-  // the compiler folds): softmax or log-softmax, no branch on it a pack.
+  // The row kernel's stores with the common flags as constants (a copy of the op whose fields
+  // the compiler folds): no mask, softmax or log-softmax. No branch on either a pack.
   static constexpr bool kSpecializes = true;
   template <class F>
   __device__ void specialize(F&& f) const {
-    if constexpr (kMasked) {
-      f(*this);
-    } else {
+    if (mask == nullptr) {
       SoftmaxFwdOp o = *this;
+      o.mask = nullptr;
       if (log) {
         o.log = true;
         f(o);
@@ -325,6 +251,8 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
         o.log = false;
         f(o);
       }
+    } else {
+      f(*this);
     }
   }
 
@@ -337,9 +265,8 @@ struct SoftmaxFwdOp : MaskedRowsIn<T> {
   template <int N>
   __device__ void store(int64_t row, int64_t col, const float (&v)[N], Row r, const Params<N>*) const {
     float out[N];
-    // Branches per pack, not per element: without a mask (or in a plain row) every element is
-    // stored as computed.
-    if (!kMasked || r.plain) {
+    // Branches per pack, not per element: without a mask every element is kept.
+    if (mask == nullptr) {
       if (log) {
 #pragma unroll
         for (int i = 0; i < N; ++i) out[i] = softmax_apply(v[i], true, r.row, true);

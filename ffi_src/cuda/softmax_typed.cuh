@@ -13,15 +13,12 @@ namespace jaxnorm {
 template <class T>
 ffi::Error softmax_fwd_typed(cudaStream_t stream, const ffi::AnyBuffer& x, const ffi::AnyBuffer& mask,
                              ffi::Result<ffi::AnyBuffer>& y, bool log, bool has_mask, Rows s) {
-  auto run = [&](auto masked) {
-    using Op = SoftmaxFwdOp<T, decltype(masked)::value>;
-    Op op{{static_cast<const T*>(x.untyped_data()), has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr,
-           s.cols},
-          static_cast<T*>(y->untyped_data()), log};
-    const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.mask);
-    return run_fwd(op, s.rows, s.cols, vec, stream, "softmax forward");
-  };
-  return has_mask ? run(std::true_type{}) : run(std::false_type{});
+  using Op = SoftmaxFwdOp<T>;
+  Op op{{static_cast<const T*>(x.untyped_data()), has_mask ? static_cast<const bool*>(mask.untyped_data()) : nullptr,
+         s.cols},
+        static_cast<T*>(y->untyped_data()), log};
+  const bool vec = s.cols % kVecOf<T> == 0 && aligned16(op.x) && aligned16(op.y) && aligned16(op.mask);
+  return run_fwd(op, s.rows, s.cols, vec, stream, "softmax forward");
 }
 
 template <class T>
