@@ -8,10 +8,11 @@
 A width alone means rows of 2^27 elements in all; ROWSxCOLS names both. OPS: rms_norm, layer_norm
 (float32 scale and bias), softmax, log_softmax, masked_softmax, masked_log_softmax (`where=` a
 random boolean mask of x's shape, 30% masked; its bytes counted: read once forward, once more
-backward), add_rms_norm, add_layer_norm (the residual-add norms, r in x's dtype), each alone (the forward) or with `+bwd` (the forward and backward: jax.vjp
-over x and the norm's parameters, pulled back from a random dy, for the residual-add norms into y
-and h, as bench.py's and bench_add_norm.py's fwd+bwd). Each line printed is one shape's median device time (the JAX profiler's kernel
-events, inputs rotated over more memory than L2, as bench.py times them) and its TB/s of the
+backward), add_rms_norm, add_layer_norm (the residual-add norms, r in x's dtype), each alone (the
+forward) or with `+bwd` (the forward and backward: jax.vjp over x and the norm's parameters,
+pulled back from a random dy, for the residual-add norms into y and h, as bench.py's and
+bench_add_norm.py's fwd+bwd). Each line printed is one shape's median device time (the JAX
+profiler's kernel events, inputs rotated over more memory than L2, as bench.py times them) and its TB/s of the
 fewest bytes (read x, write y; with the backward also read x or y, read dy, write dx; the
 residual-add norms' are bench_add_norm.py's, twice as many); the lines
 go to $OUT/rows-LABEL.json too (OUT defaults to /tmp). No output is checked: the suite does that

@@ -122,12 +122,12 @@ def test_fully_masked_rows(op, dtype, rng):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("cols", [48, 1000, 4096, 12288, 40000])
 def test_mask_rows_not_finite(op, dtype, cols, rng):
-    """The kernels store a masked row as computed, its masked elements -inf in the row, where the
-    row's max and sum are finite, and read the mask again where they are not: a NaN or +inf kept,
-    a row whose kept elements are all -inf, a fully masked row. NaN, +inf and the largest finite
-    value under the mask of rows otherwise plain drop out. Widths of every tile shape (4-pack
-    CTAs of floats, 8-pack CTAs of 16-bit rows as loaded, clusters); jax.nn's NaN and infinity
-    patterns exactly."""
+    """Masked rows whose max or sum is not finite: a NaN or +inf kept (the CPU kernel once wrote
+    NaN at their masked positions), kept elements all -inf, a fully masked row; and NaN, +inf and
+    the largest finite value under the mask of rows otherwise plain, which must drop out (a kernel
+    may store plain rows without reading the mask again: results/next-rows). Widths of every tile
+    shape (4-pack CTAs of floats, 8-pack CTAs of 16-bit rows as loaded, clusters); jax.nn's NaN
+    and infinity patterns exactly."""
     x = np.asarray(make_x(op, rng, (8, cols), DTYPES[dtype])).astype(np.float32)
     where = rng.random(x.shape) < 0.7
     where[:, 0] = True
